@@ -1,0 +1,261 @@
+"""Sans-IO frame codec: bytes in, RemotingCommands out, and back.
+
+Frame: int32 length (of what follows), int32 header info (high byte = serialize type, low 24 bits =
+header length), header (JSON or ROCKETMQ binary), body. Everything the peer could get wrong raises
+:class:`ProtocolError`, after which the connection must be closed.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import orjson
+
+from .codes import MAX_FRAME_LENGTH, LanguageCode, SerializeType
+from .command import RemotingCommand
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that are not a valid remoting frame; close the connection."""
+
+
+_INT = struct.Struct(">i")
+_FRAME_PREFIX = struct.Struct(">ii")
+# ROCKETMQ header: code int16, language byte, version int16, opaque int32, flag int32.
+_RMQ_FIXED = struct.Struct(">hBhii")
+_SHORT = struct.Struct(">h")
+
+_LANGUAGE_NAMES = {c.value: c.name for c in LanguageCode}
+_LANGUAGE_VALUES = {c.name: c.value for c in LanguageCode}
+_SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
+
+
+def _ext_value(v: object) -> str:
+    # The C++ client sends some values as bare numbers; Java reads them all as strings.
+    if isinstance(v, str):
+        return v
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return orjson.dumps(v).decode()
+
+
+def _as_int(v: object, name: str) -> int:
+    if type(v) is int:
+        return v
+    if isinstance(v, str):
+        try:
+            return int(v)
+        except ValueError:
+            pass
+    raise ProtocolError(f"bad header field {name}: {v!r}")
+
+
+def decode_json_header(data: bytes) -> RemotingCommand:
+    """Parse a JSON header (fastjson's RemotingCommand form)."""
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ProtocolError(f"bad JSON header: {e}") from None
+    if type(obj) is not dict:
+        raise ProtocolError("JSON header is not an object")
+    ext = obj.get("extFields")
+    if ext is not None:
+        if type(ext) is not dict:
+            raise ProtocolError("extFields is not an object")
+        for k, v in ext.items():
+            if type(v) is not str:
+                if v is None:
+                    ext[k] = None
+                else:
+                    ext[k] = _ext_value(v)
+        if None in ext.values():
+            ext = {k: v for k, v in ext.items() if v is not None}
+    language = obj.get("language", "JAVA")
+    if type(language) is not str:
+        language = _LANGUAGE_NAMES.get(language, "OTHER") if type(language) is int else "OTHER"
+    remark = obj.get("remark")
+    if remark is not None and type(remark) is not str:
+        remark = _ext_value(remark)
+    return RemotingCommand(
+        code=_as_int(obj.get("code", 0), "code"),
+        opaque=_as_int(obj.get("opaque", 0), "opaque"),
+        flag=_as_int(obj.get("flag", 0), "flag"),
+        language=language,
+        version=_as_int(obj.get("version", 0), "version"),
+        remark=remark,
+        ext_fields=ext,
+    )
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """fastjson's form: alphabetical keys, nulls omitted, every ext value a string."""
+    obj: dict[str, object] = {"code": cmd.code}
+    if cmd.ext_fields is not None:
+        obj["extFields"] = cmd.ext_fields
+    obj["flag"] = cmd.flag
+    obj["language"] = cmd.language
+    obj["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    obj["serializeTypeCurrentRPC"] = "JSON"
+    obj["version"] = cmd.version
+    return orjson.dumps(obj)
+
+
+def decode_rocketmq_header(data: bytes) -> RemotingCommand:
+    """Parse the binary ROCKETMQ header (RocketMQSerializable)."""
+    mv = memoryview(data)
+    n = len(mv)
+    try:
+        code, lang, version, opaque, flag = _RMQ_FIXED.unpack_from(mv, 0)
+        pos = _RMQ_FIXED.size
+        (remark_len,) = _INT.unpack_from(mv, pos)
+        pos += 4
+        if remark_len < 0 or remark_len > n - pos:
+            raise ProtocolError("bad remark length")
+        remark = bytes(mv[pos : pos + remark_len]).decode() if remark_len else None
+        pos += remark_len
+        (ext_len,) = _INT.unpack_from(mv, pos)
+        pos += 4
+        if ext_len < 0 or ext_len > n - pos:
+            raise ProtocolError("bad extFields length")
+        end = pos + ext_len
+        ext: dict[str, str] | None = None
+        if ext_len:
+            ext = {}
+            while pos < end:
+                (klen,) = _SHORT.unpack_from(mv, pos)
+                pos += 2
+                if klen < 0 or pos + klen > end:
+                    raise ProtocolError("bad extFields key length")
+                key = bytes(mv[pos : pos + klen]).decode()
+                pos += klen
+                (vlen,) = _INT.unpack_from(mv, pos)
+                pos += 4
+                if vlen < 0 or pos + vlen > end:
+                    raise ProtocolError("bad extFields value length")
+                ext[key] = bytes(mv[pos : pos + vlen]).decode()
+                pos += vlen
+    except struct.error as e:
+        raise ProtocolError(f"truncated ROCKETMQ header: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ProtocolError(f"bad UTF-8 in ROCKETMQ header: {e}") from None
+    return RemotingCommand(
+        code=code,
+        opaque=opaque,
+        flag=flag,
+        language=_LANGUAGE_NAMES.get(lang, "OTHER"),
+        version=version,
+        remark=remark,
+        ext_fields=ext,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+    """The binary ROCKETMQ header; codes must fit in an int16."""
+    parts = [
+        _RMQ_FIXED.pack(
+            cmd.code, _LANGUAGE_VALUES.get(cmd.language, LanguageCode.OTHER), cmd.version, cmd.opaque, cmd.flag
+        )
+    ]
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts.append(_INT.pack(len(remark)))
+    parts.append(remark)
+    ext_parts = []
+    if cmd.ext_fields:
+        for k, v in cmd.ext_fields.items():
+            if k is None or v is None:
+                continue
+            kb = k.encode()
+            vb = v.encode()
+            ext_parts.append(_SHORT.pack(len(kb)))
+            ext_parts.append(kb)
+            ext_parts.append(_INT.pack(len(vb)))
+            ext_parts.append(vb)
+    ext = b"".join(ext_parts)
+    parts.append(_INT.pack(len(ext)))
+    parts.append(ext)
+    return b"".join(parts)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """One whole frame, length prefix included (body tail included)."""
+    return b"".join(encode_parts(cmd))
+
+
+def encode_parts(cmd: RemotingCommand) -> list[bytes]:
+    """The frame as a list of byte strings, so large bodies are never copied into a joined buffer."""
+    header = encode_rocketmq_header(cmd) if cmd.serialize_type == SerializeType.ROCKETMQ else encode_json_header(cmd)
+    tail = cmd.body_tail
+    body_len = len(cmd.body) + (sum(map(len, tail)) if tail else 0)
+    parts = [
+        _FRAME_PREFIX.pack(4 + len(header) + body_len, (int(cmd.serialize_type) << 24) | len(header)),
+        header,
+    ]
+    if cmd.body:
+        parts.append(cmd.body)
+    if tail:
+        parts.extend(tail)
+    return parts
+
+
+class FrameDecoder:
+    """Incremental decoder: ``feed(bytes)`` returns the complete commands received so far.
+
+    The declared length is checked as soon as the 4-byte prefix arrives, so an oversize frame is
+    refused before its body is buffered. A partial frame stays in the buffer.
+    """
+
+    __slots__ = ("_buf", "max_frame_length")
+
+    def __init__(self, max_frame_length: int = MAX_FRAME_LENGTH) -> None:
+        self._buf = bytearray()
+        self.max_frame_length = max_frame_length
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        buf = self._buf
+        buf += data
+        out: list[RemotingCommand] = []
+        pos = 0
+        end = len(buf)
+        try:
+            while end - pos >= 4:
+                (length,) = _INT.unpack_from(buf, pos)
+                if length < 4 or length + 4 > self.max_frame_length:
+                    raise ProtocolError(f"bad frame length {length}")
+                if end - pos - 4 < length:
+                    break
+                (info,) = _INT.unpack_from(buf, pos + 4)
+                stype = (info >> 24) & 0xFF
+                hlen = info & 0xFFFFFF
+                if hlen > length - 4:
+                    raise ProtocolError("bad header length")
+                hstart = pos + 8
+                bstart = hstart + hlen
+                fend = pos + 4 + length
+                # A copy, so no view of the buffer outlives this call (it must stay resizable).
+                header = bytes(buf[hstart:bstart])
+                if stype == SerializeType.JSON:
+                    cmd = decode_json_header(header)
+                elif stype == SerializeType.ROCKETMQ:
+                    cmd = decode_rocketmq_header(header)
+                else:
+                    raise ProtocolError(f"unknown serialize type {stype}")
+                if fend > bstart:
+                    cmd.body = bytes(buf[bstart:fend])
+                out.append(cmd)
+                pos = fend
+        finally:
+            if pos:
+                del buf[:pos]
+        return out

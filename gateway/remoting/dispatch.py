@@ -1,0 +1,109 @@
+"""Request dispatch: request code → processor, hooks that see every request first, channel listeners.
+
+A processor is ``handler(channel, request) -> RemotingCommand | Deferred | None``; ``None`` means
+no response (oneway, or a response sent later by the processor itself, as long polling does).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from .codes import ResponseCode
+from .command import RemotingCommand
+from .headers import HeaderError
+
+if TYPE_CHECKING:
+    from .protocol import RemotingProtocol
+
+Handler = Callable[["RemotingProtocol", RemotingCommand], "RemotingCommand | Deferred[Any] | None"]
+# A hook returns a response to answer the request without dispatching it (e.g. an ACL denial).
+Hook = Callable[["RemotingProtocol", RemotingCommand], "RemotingCommand | None"]
+
+log = Logger()
+
+
+class RequestDispatcher:
+    """Routes requests by code; answers unknown codes with REQUEST_CODE_NOT_SUPPORTED."""
+
+    def __init__(self, *, answer_unknown: bool = True) -> None:
+        self._handlers: dict[int, Handler] = {}
+        self.hooks: list[Hook] = []
+        self.answer_unknown = answer_unknown
+        self.on_channel_closed: list[Callable[[RemotingProtocol], None]] = []
+        self.on_channel_opened: list[Callable[[RemotingProtocol], None]] = []
+
+    def register(self, code: int, handler: Handler) -> None:
+        self._handlers[int(code)] = handler
+
+    def register_all(self, handlers: dict[int, Handler]) -> None:
+        for code, handler in handlers.items():
+            self.register(code, handler)
+
+    def channel_opened(self, channel: RemotingProtocol) -> None:
+        for cb in self.on_channel_opened:
+            cb(channel)
+
+    def channel_closed(self, channel: RemotingProtocol) -> None:
+        for cb in self.on_channel_closed:
+            try:
+                cb(channel)
+            except Exception:
+                log.failure("channel-closed listener failed")
+
+    def dispatch(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        """Run the processor for ``request`` and write its response, if any."""
+        try:
+            response = None
+            for hook in self.hooks:
+                response = hook(channel, request)
+                if response is not None:
+                    break
+            else:
+                handler = self._handlers.get(request.code)
+                if handler is None:
+                    if not self.answer_unknown:
+                        return
+                    log.warn("request type {code} not supported from {peer}", code=request.code, peer=channel.peer)
+                    response = request.response(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+                    )
+                else:
+                    response = handler(channel, request)
+        except HeaderError as e:
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"RemotingCommandException: {e}")
+        except Exception as e:
+            log.failure("processor failed for request code {code}", code=request.code)
+            response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(e))
+        if response is None:
+            return
+        if isinstance(response, Deferred):
+            response.addCallbacks(
+                lambda r: self._respond(channel, request, r),
+                lambda f: self._failed(channel, request, f),
+            )
+            return
+        self._respond(channel, request, response)
+
+    @staticmethod
+    def _respond(channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        if response is None or request.is_oneway:
+            return
+        response.opaque = request.opaque
+        response.flag |= 1
+        channel.send_command(response)
+
+    def _failed(self, channel: RemotingProtocol, request: RemotingCommand, failure: Any) -> None:
+        log.failure("processor failed for request code {code}", failure, code=request.code)
+        self._respond(channel, request, request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(failure.value)))
+
+
+def _exception_remark(e: BaseException) -> str:
+    # Java: exception class, message and the first stack frame.
+    frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ else []
+    where = f", {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"

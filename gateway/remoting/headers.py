@@ -1,0 +1,373 @@
+"""Custom headers (extFields) declared as data: each field names its wire key, type and whether it is required.
+
+One routine converts in each direction, following Java's rules: every value travels as a string;
+ints and longs parse as decimals, booleans are true only for "true" (any case); a missing required
+field (``@CFNotNull``) is an error answered with SYSTEM_ERROR; unknown keys are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, Self
+
+
+class HeaderError(Exception):
+    """A required header field is missing (Java's RemotingCommandException)."""
+
+
+def wire(name: str, kind: type = str, *, required: bool = False, default: Any = None) -> Any:
+    """Declare a header field: wire key, type (str, int or bool), required flag."""
+    return field(default=default, metadata={"wire": name, "kind": kind, "required": required})
+
+
+def _to_bool(v: str) -> bool:
+    return v.lower() == "true"
+
+
+_PARSERS = {str: str, int: int, bool: _to_bool}
+
+
+def _format(v: Any) -> str:
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return str(v)
+
+
+class CommandHeader:
+    """Base of header dataclasses; subclasses declare fields with :func:`wire`."""
+
+    # (attribute, wire key, parser, required, default) — built on first use.
+    _spec: ClassVar[tuple[tuple[str, str, Any, bool, Any], ...]]
+
+    @classmethod
+    def _fields_spec(cls, names: dict[str, str] | None = None) -> tuple[tuple[str, str, Any, bool, Any], ...]:
+        spec = []
+        for f in fields(cls):  # type: ignore[arg-type]
+            md = f.metadata
+            key = names.get(f.name, md["wire"]) if names else md["wire"]
+            default = f.default if f.default is not MISSING else None
+            spec.append((f.name, key, _PARSERS[md["kind"]], md["required"], default))
+        return tuple(spec)
+
+    @classmethod
+    def _decode_with(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...], ext: dict[str, str] | None) -> Self:
+        ext = ext or {}
+        kwargs = {}
+        for attr, key, parse, required, default in spec:
+            raw = ext.get(key)
+            value = default
+            if raw is not None:
+                try:
+                    value = parse(raw)
+                except ValueError:
+                    value = default  # Java logs and leaves the field unset
+            if value is None and required:
+                raise HeaderError(f"the custom field <{attr}> is null")
+            kwargs[attr] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def decode(cls, ext: dict[str, str] | None) -> Self:
+        """Build the header from a command's extFields."""
+        spec = cls.__dict__.get("_spec")
+        if spec is None:
+            spec = cls._fields_spec()
+            cls._spec = spec
+        return cls._decode_with(spec, ext)
+
+    def encode(self) -> dict[str, str]:
+        """extFields for this header: non-null fields as strings."""
+        spec = type(self).__dict__.get("_spec")
+        if spec is None:
+            spec = self._fields_spec()
+            type(self)._spec = spec
+        out = {}
+        for attr, key, _parse, _required, _default in spec:
+            v = getattr(self, attr)
+            if v is not None:
+                out[key] = _format(v)
+        return out
+
+
+# ---------------------------------------------------------------------------- send
+
+
+@dataclass(slots=True)
+class SendMessageRequestHeader(CommandHeader):
+    """SEND_MESSAGE (10); SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry it with one-letter keys."""
+
+    producer_group: str = wire("producerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    default_topic: str = wire("defaultTopic", required=True)
+    default_topic_queue_nums: int = wire("defaultTopicQueueNums", int, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    sys_flag: int = wire("sysFlag", int, required=True)
+    born_timestamp: int = wire("bornTimestamp", int, required=True)
+    flag: int = wire("flag", int, required=True)
+    properties: str | None = wire("properties")
+    reconsume_times: int | None = wire("reconsumeTimes", int)
+    unit_mode: bool = wire("unitMode", bool, default=False)
+    max_reconsume_times: int | None = wire("maxReconsumeTimes", int)
+    batch: bool = wire("batch", bool, default=False)
+    bname: str | None = wire("bname")
+
+    V2_NAMES: ClassVar[dict[str, str]] = {
+        "producer_group": "a",
+        "topic": "b",
+        "default_topic": "c",
+        "default_topic_queue_nums": "d",
+        "queue_id": "e",
+        "sys_flag": "f",
+        "born_timestamp": "g",
+        "flag": "h",
+        "properties": "i",
+        "reconsume_times": "j",
+        "unit_mode": "k",
+        "max_reconsume_times": "l",
+        "batch": "m",
+        "bname": "n",
+    }
+    _spec_v2: ClassVar[tuple[tuple[str, str, Any, bool, Any], ...]]
+
+    @classmethod
+    def decode_v2(cls, ext: dict[str, str] | None) -> SendMessageRequestHeader:
+        """From SendMessageRequestHeaderV2's one-letter keys."""
+        spec = cls.__dict__.get("_spec_v2")
+        if spec is None:
+            spec = cls._fields_spec(cls.V2_NAMES)
+            cls._spec_v2 = spec
+        return cls._decode_with(spec, ext)
+
+    def encode_v2(self) -> dict[str, str]:
+        """extFields with one-letter keys, as Java producers send."""
+        names = self.V2_NAMES
+        out = {}
+        for attr, key in names.items():
+            v = getattr(self, attr)
+            if v is not None:
+                out[key] = _format(v)
+        return out
+
+
+@dataclass(slots=True)
+class SendMessageResponseHeader(CommandHeader):
+    msg_id: str = wire("msgId", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    queue_offset: int = wire("queueOffset", int, required=True)
+    transaction_id: str | None = wire("transactionId")
+
+
+# ---------------------------------------------------------------------------- pull
+
+
+@dataclass(slots=True)
+class PullMessageRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    queue_offset: int = wire("queueOffset", int, required=True)
+    max_msg_nums: int = wire("maxMsgNums", int, required=True)
+    sys_flag: int = wire("sysFlag", int, required=True)
+    commit_offset: int = wire("commitOffset", int, required=True)
+    suspend_timeout_millis: int = wire("suspendTimeoutMillis", int, required=True)
+    subscription: str | None = wire("subscription")
+    sub_version: int = wire("subVersion", int, required=True)
+    expression_type: str | None = wire("expressionType")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class PullMessageResponseHeader(CommandHeader):
+    suggest_which_broker_id: int = wire("suggestWhichBrokerId", int, required=True)
+    next_begin_offset: int = wire("nextBeginOffset", int, required=True)
+    min_offset: int = wire("minOffset", int, required=True)
+    max_offset: int = wire("maxOffset", int, required=True)
+
+
+class PullSysFlag:
+    """Bits of PullMessageRequestHeader.sysFlag."""
+
+    COMMIT_OFFSET = 0x1
+    SUSPEND = 0x2
+    SUBSCRIPTION = 0x4
+    CLASS_FILTER = 0x8
+    LITE_PULL = 0x10
+
+
+# ---------------------------------------------------------------------------- offsets
+
+
+@dataclass(slots=True)
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    set_zero_if_not_found: bool | None = wire("setZeroIfNotFound", bool)
+
+
+@dataclass(slots=True)
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    commit_offset: int = wire("commitOffset", int, required=True)
+
+
+@dataclass(slots=True)
+class TopicQueueRequestHeader(CommandHeader):
+    """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
+
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+
+
+@dataclass(slots=True)
+class SearchOffsetRequestHeader(CommandHeader):
+    topic: str = wire("topic", required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    timestamp: int = wire("timestamp", int, required=True)
+
+
+@dataclass(slots=True)
+class OffsetResponseHeader(CommandHeader):
+    """Responses of QUERY_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP."""
+
+    offset: int = wire("offset", int, required=True)
+
+
+@dataclass(slots=True)
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    timestamp: int = wire("timestamp", int, required=True)
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+@dataclass(slots=True)
+class UnregisterClientRequestHeader(CommandHeader):
+    client_id: str = wire("clientID", required=True)
+    producer_group: str | None = wire("producerGroup")
+    consumer_group: str | None = wire("consumerGroup")
+
+
+@dataclass(slots=True)
+class ConsumerGroupRequestHeader(CommandHeader):
+    """GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_CONNECTION_LIST."""
+
+    consumer_group: str = wire("consumerGroup", required=True)
+
+
+# ---------------------------------------------------------------------------- admin
+
+
+@dataclass(slots=True)
+class CreateTopicRequestHeader(CommandHeader):
+    topic: str = wire("topic", required=True)
+    default_topic: str = wire("defaultTopic", required=True)
+    read_queue_nums: int = wire("readQueueNums", int, required=True)
+    write_queue_nums: int = wire("writeQueueNums", int, required=True)
+    perm: int = wire("perm", int, required=True)
+    topic_filter_type: str = wire("topicFilterType", required=True)
+    topic_sys_flag: int | None = wire("topicSysFlag", int)
+    order: bool = wire("order", bool, default=False)
+
+
+@dataclass(slots=True)
+class TopicRequestHeader(CommandHeader):
+    """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, QUERY_TOPIC_CONSUME_BY_WHO, GET_ROUTEINFO_BY_TOPIC."""
+
+    topic: str = wire("topic", required=True)
+
+
+@dataclass(slots=True)
+class GetConsumeStatsRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", required=True)
+    topic: str | None = wire("topic")
+
+
+# ---------------------------------------------------------------------------- name server
+
+
+@dataclass(slots=True)
+class RegisterBrokerRequestHeader(CommandHeader):
+    broker_name: str = wire("brokerName", required=True)
+    broker_addr: str = wire("brokerAddr", required=True)
+    cluster_name: str = wire("clusterName", required=True)
+    ha_server_addr: str = wire("haServerAddr", required=True)
+    broker_id: int = wire("brokerId", int, required=True)
+    compressed: bool = wire("compressed", bool, default=False)
+    body_crc32: int = wire("bodyCrc32", int, default=0)
+
+
+@dataclass(slots=True)
+class RegisterBrokerResponseHeader(CommandHeader):
+    ha_server_addr: str | None = wire("haServerAddr")
+    master_addr: str | None = wire("masterAddr")
+
+
+@dataclass(slots=True)
+class UnRegisterBrokerRequestHeader(CommandHeader):
+    broker_name: str = wire("brokerName", required=True)
+    broker_addr: str = wire("brokerAddr", required=True)
+    cluster_name: str = wire("clusterName", required=True)
+    broker_id: int = wire("brokerId", int, required=True)
+
+
+@dataclass(slots=True)
+class QueryDataVersionResponseHeader(CommandHeader):
+    changed: bool = wire("changed", bool, required=True)
+
+
+@dataclass(slots=True)
+class GetRouteInfoRequestHeader(CommandHeader):
+    topic: str = wire("topic", required=True)
+    accept_standard_json_only: bool = wire("acceptStandardJsonOnly", bool, default=False)
+
+
+@dataclass(slots=True)
+class KVConfigRequestHeader(CommandHeader):
+    """PUT_KV_CONFIG (value required there), GET_KV_CONFIG, DELETE_KV_CONFIG."""
+
+    namespace: str = wire("namespace", required=True)
+    key: str = wire("key", required=True)
+    value: str | None = wire("value")
+
+
+@dataclass(slots=True)
+class GetKVConfigResponseHeader(CommandHeader):
+    value: str | None = wire("value")
+
+
+@dataclass(slots=True)
+class GetKVListByNamespaceRequestHeader(CommandHeader):
+    namespace: str = wire("namespace", required=True)
+
+
+@dataclass(slots=True)
+class BrokerNameRequestHeader(CommandHeader):
+    """WIPE_WRITE_PERM_OF_BROKER, ADD_WRITE_PERM_OF_BROKER."""
+
+    broker_name: str = wire("brokerName", required=True)
+
+
+@dataclass(slots=True)
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    wipe_topic_count: int = wire("wipeTopicCount", int, required=True)
+
+
+@dataclass(slots=True)
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    add_topic_count: int = wire("addTopicCount", int, required=True)
+
+
+@dataclass(slots=True)
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    topic: str = wire("topic", required=True)
+    cluster_name: str | None = wire("clusterName")
+
+
+@dataclass(slots=True)
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    cluster: str = wire("cluster", required=True)
