@@ -95,7 +95,7 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     """fastjson's form: alphabetical keys, nulls omitted, every ext value a string."""
     obj: dict[str, object] = {"code": cmd.code}
     if cmd.ext_fields is not None:
-        obj["extFields"] = cmd.ext_fields
+        obj["extFields"] = {k: _ext_value(v) for k, v in cmd.ext_fields.items() if v is not None}
     obj["flag"] = cmd.flag
     obj["language"] = cmd.language
     obj["opaque"] = cmd.opaque
@@ -172,7 +172,7 @@ def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
             if k is None or v is None:
                 continue
             kb = k.encode()
-            vb = v.encode()
+            vb = _ext_value(v).encode()
             ext_parts.append(_SHORT.pack(len(kb)))
             ext_parts.append(kb)
             ext_parts.append(_INT.pack(len(vb)))

@@ -371,3 +371,26 @@ class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
 @dataclass(slots=True)
 class GetTopicsByClusterRequestHeader(CommandHeader):
     cluster: str = wire("cluster", required=True)
+
+
+@dataclass(slots=True)
+class DeleteSubscriptionGroupRequestHeader(CommandHeader):
+    group_name: str = wire("groupName", required=True)
+    remove_offset: bool = wire("removeOffset", bool, default=False)
+
+
+@dataclass(slots=True)
+class ProducerGroupRequestHeader(CommandHeader):
+    """GET_PRODUCER_CONNECTION_LIST."""
+
+    producer_group: str = wire("producerGroup", required=True)
+
+
+@dataclass(slots=True)
+class QueryDataVersionRequestHeader(CommandHeader):
+    """QUERY_DATA_VERSION (322); the body is the broker's DataVersion."""
+
+    broker_name: str = wire("brokerName", required=True)
+    broker_addr: str = wire("brokerAddr", required=True)
+    cluster_name: str = wire("clusterName", required=True)
+    broker_id: int = wire("brokerId", int, required=True)

@@ -1,0 +1,158 @@
+"""Our NameServer and Broker in a child process on free loopback ports, for tests that drive real clients.
+
+Blocking clients (the C++ client through ctypes, Node, Java) must not share a thread with the
+reactor, so the servers run as ``python -m gateway`` and tests talk to them over sockets only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gateway.remoting.codec import FrameDecoder, encode
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import CreateTopicRequestHeader
+
+_READY = re.compile(r"rocketmq-gateway ready: namesrv (\S+) broker (\S+)")
+
+
+def call(addr: str, request: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
+    """One blocking request/response over a fresh socket."""
+    host, _, port = addr.rpartition(":")
+    request.opaque = 1
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(encode(request))
+        decoder = FrameDecoder()
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError(f"{addr} closed the connection")
+            for cmd in decoder.feed(data):
+                if cmd.is_response and cmd.opaque == 1:
+                    return cmd
+
+
+class GatewayServers:
+    """``python -m gateway`` with a store under ``store_dir``; ``start()``, ``stop()``, ``kill()``."""
+
+    def __init__(self, store_dir: Path, extra_config: dict[str, str] | None = None) -> None:
+        self.store_dir = Path(store_dir)
+        self.extra_config = extra_config or {}
+        self.proc: subprocess.Popen[str] | None = None
+        self.namesrv_addr = ""
+        self.broker_addr = ""
+        self.broker_port = 0
+        self.namesrv_port = 0
+        self.output: list[str] = []
+
+    def start(self, timeout: float = 30.0) -> GatewayServers:
+        conf = self.store_dir / "broker.conf"
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        lines = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": "broker-a",
+            "brokerIP1": "127.0.0.1",
+            "storePathRootDir": str(self.store_dir / "store"),
+            "listenPort": str(self.broker_port),
+            **self.extra_config,
+        }
+        conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=str(self.store_dir))
+        self.proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "gateway", "--namesrv-port", str(self.namesrv_port),
+                "--broker-config", str(conf), "--bind", "127.0.0.1",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if not ready:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            m = _READY.search(line)
+            if m:
+                self.namesrv_addr, self.broker_addr = m.group(1), m.group(2)
+                self.namesrv_port = int(self.namesrv_addr.rpartition(":")[2])
+                self.broker_port = int(self.broker_addr.rpartition(":")[2])
+                self._drain()
+                return self
+        self.kill()
+        raise RuntimeError("gateway did not start:\n" + "".join(self.output))
+
+    def _drain(self) -> None:
+        # Keep reading the child's output so it never blocks on a full pipe.
+        import threading
+
+        proc = self.proc
+
+        def pump() -> None:
+            assert proc is not None and proc.stdout is not None
+            for line in proc.stdout:
+                self.output.append(line)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def create_topic(self, topic: str, queues: int = 4, order: bool = False) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
+        header = CreateTopicRequestHeader(
+            topic=topic, default_topic="TBW102", read_queue_nums=queues, write_queue_nums=queues, perm=6,
+            topic_filter_type="SINGLE_TAG", topic_sys_flag=0, order=order,
+        )
+        resp = call(self.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
+        assert resp.code == 0, resp.remark
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            route = call(
+                self.namesrv_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            )
+            if route.code == 0:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"topic {topic} never reached the name server")
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGINT and wait: a clean shutdown."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> GatewayServers:
+        """Stop cleanly and start again on the same ports and store."""
+        self.stop()
+        return self.start()

@@ -1,0 +1,86 @@
+"""``python -m gateway``: a NameServer and a Broker in one process, on an embedded store.
+
+Defaults: NameServer on 127.0.0.1:9876, Broker on 127.0.0.1:10911, store under ./store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import inlineCallbacks
+
+from gateway.broker.config import load_broker_config
+from gateway.broker.controller import BrokerController
+from gateway.config import ConfigError
+from gateway.namesrv.config import load_namesrv_config
+from gateway.namesrv.service import NamesrvController
+from gateway.runner import run_services, start_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="rocketmq-gateway", description="NameServer + Broker in one process")
+    parser.add_argument("--bind", default="127.0.0.1", help="address both servers listen on (default 127.0.0.1)")
+    parser.add_argument("--namesrv-port", type=int, default=9876)
+    parser.add_argument("--namesrv-config", help="namesrv.properties with RocketMQ's keys")
+    parser.add_argument("--broker-config", help="broker.conf with RocketMQ's keys")
+    parser.add_argument("--store", help="storePathRootDir (default ./store, or the broker.conf value)")
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    try:
+        namesrv_cfg = load_namesrv_config(
+            args.namesrv_config, {"listenPort": str(args.namesrv_port), "bindAddress": args.bind}
+        )
+        overrides = {"bindAddress": args.bind}
+        if args.store:
+            overrides["storePathRootDir"] = args.store
+        broker_cfg, store_cfg = load_broker_config(args.broker_config, overrides)
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        sys.exit(1)
+    start_logging(args.log_level)
+
+    service = None
+
+    def build(reactor: object) -> list:
+        nonlocal service
+        service = GatewayService(
+            NamesrvController(namesrv_cfg, reactor), BrokerController(broker_cfg, store_cfg, reactor)
+        )
+        return [service]
+
+    def ready(services: list) -> str:
+        return (
+            f"rocketmq-gateway ready: namesrv {broker_cfg.namesrvAddr} broker {broker_cfg.broker_addr} "
+            f"store {store_cfg.storePathRootDir} (Ctrl-C stops)"
+        )
+
+    run_services(build, ready)
+
+
+class GatewayService(Service):
+    """The NameServer, then a Broker registered with it; stopped in reverse order."""
+
+    def __init__(self, namesrv: NamesrvController, broker: BrokerController) -> None:
+        self.namesrv = namesrv
+        self.broker = broker
+
+    def startService(self) -> None:
+        super().startService()
+        self.namesrv.startService()
+        bind = self.namesrv.config.bindAddress
+        host = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+        self.broker.config.namesrvAddr = f"{host}:{self.namesrv.port}"
+        self.broker.startService()
+
+    @inlineCallbacks
+    def stopService(self) -> Any:
+        super().stopService()
+        yield self.broker.stopService()
+        yield self.namesrv.stopService()
+
+
+if __name__ == "__main__":
+    main()

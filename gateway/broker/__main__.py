@@ -1,0 +1,43 @@
+"""``python -m gateway.broker -c broker.conf [-n namesrvAddr]``: run a broker (mqbroker)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+
+from gateway.config import ConfigError
+from gateway.runner import run_services, start_logging
+
+from .config import load_broker_config
+from .controller import BrokerController
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="RocketMQ-compatible broker")
+    parser.add_argument("-c", "--configFile", help="broker.conf with RocketMQ's keys")
+    parser.add_argument("-n", "--namesrvAddr", help="name server address list, e.g. 127.0.0.1:9876;127.0.0.2:9876")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="print all config items and exit")
+    args = parser.parse_args(argv)
+    overrides = {"namesrvAddr": args.namesrvAddr} if args.namesrvAddr else {}
+    try:
+        broker_cfg, store_cfg = load_broker_config(args.configFile, overrides)
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        sys.exit(1)
+    if args.printConfigItem:
+        for k, v in sorted({**asdict(broker_cfg), **asdict(store_cfg)}.items()):
+            print(f"{k}={v}")
+        return
+    start_logging()
+    run_services(
+        lambda reactor: [BrokerController(broker_cfg, store_cfg, reactor)],
+        lambda svcs: (
+            f"The broker[{broker_cfg.brokerName}, {broker_cfg.broker_addr}] boot success. "
+            f"serializeType=JSON and name server is:{broker_cfg.namesrvAddr}"
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

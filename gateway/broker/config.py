@@ -1,0 +1,97 @@
+"""Broker settings under RocketMQ's own broker.conf keys (BrokerConfig, NettyServerConfig, MessageStoreConfig)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from gateway.config import apply_properties, load_properties
+from gateway.store.config import StoreConfig
+
+
+def _local_ip() -> str:
+    # RocketMQ picks a non-loopback address; we default to loopback unless brokerIP1 says otherwise,
+    # because offset message ids must carry an address clients can reach.
+    return os.environ.get("ROCKETMQ_BROKER_IP", "127.0.0.1")
+
+
+@dataclass
+class BrokerConfig:
+    """BrokerConfig + the NettyServerConfig keys we use; attribute names are broker.conf keys."""
+
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = socket.gethostname().split(".")[0] or "broker-a"
+    brokerId: int = 0
+    brokerIP1: str = ""
+    brokerIP2: str = ""
+    listenPort: int = 10911
+    bindAddress: str = "0.0.0.0"
+    haListenPort: int = 10912
+    namesrvAddr: str = ""
+    rocketmqHome: str = ""
+    brokerRole: str = "ASYNC_MASTER"
+    brokerPermission: int = 6
+    autoCreateTopicEnable: bool = True
+    autoCreateSubscriptionGroup: bool = True
+    defaultTopicQueueNums: int = 8
+    clusterTopicEnable: bool = True
+    brokerTopicEnable: bool = True
+    traceTopicEnable: bool = False
+    msgTraceTopicName: str = "RMQ_SYS_TRACE_TOPIC"
+    regionId: str = "DefaultRegion"
+    traceOn: bool = True
+    registerNameServerPeriod: int = 30000
+    forceRegister: bool = True
+    registerBrokerTimeoutMills: int = 6000
+    longPollingEnable: bool = True
+    shortPollingTimeMills: int = 1000
+    flushConsumerOffsetInterval: int = 5000
+    channelNotActiveInterval: int = 120000
+    notifyConsumerIdsChangedEnable: bool = True
+    rejectTransactionMessage: bool = False
+    enablePropertyFilter: bool = False
+    slaveReadEnable: bool = False
+    offsetCheckInSlave: bool = False
+    fetchNamesrvAddrByAddressServer: bool = False
+    startAcceptSendRequestTimeStamp: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.brokerIP1:
+            self.brokerIP1 = _local_ip()
+        if not self.brokerIP2:
+            self.brokerIP2 = self.brokerIP1
+
+    @property
+    def broker_addr(self) -> str:
+        """``brokerIP1:listenPort``: the address registered and encoded in message ids."""
+        return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.brokerIP2}:{self.haListenPort}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrvAddr.split(";") if a.strip()]
+
+    @property
+    def is_slave(self) -> bool:
+        return self.brokerRole == "SLAVE"
+
+
+def load_broker_config(
+    path: str | None = None, overrides: dict[str, str] | None = None
+) -> tuple[BrokerConfig, StoreConfig]:
+    """Read broker.conf (if given) then ``overrides``; keys go to whichever config declares them."""
+    broker = BrokerConfig()
+    store = StoreConfig()
+    targets = [broker, store]
+    if path:
+        apply_properties(targets, load_properties(path), path, ignore=("tls.", "acl"))
+    if overrides:
+        apply_properties(targets, overrides, "command line", ignore=("tls.", "acl"))
+    broker.__post_init__()
+    if "NAMESRV_ADDR" in os.environ and not broker.namesrvAddr:
+        broker.namesrvAddr = os.environ["NAMESRV_ADDR"]
+    return broker, store

@@ -1,0 +1,213 @@
+"""BrokerController: the broker's services wired together, started and stopped as one Twisted service."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from twisted.application import service
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from gateway.remoting.client import RemotingClient
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.dispatch import RequestDispatcher
+from gateway.remoting.message import pack_host
+from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.store.config import StoreConfig
+from gateway.store.flush import FlushService
+from gateway.store.message_store import DefaultMessageStore
+
+from .clients import ConsumerManager, ProducerManager
+from .config import BrokerConfig
+from .longpoll import PullRequestHoldService
+from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .processors.admin import AdminBrokerProcessor
+from .processors.client_manage import ClientManageProcessor
+from .processors.consumer_manage import ConsumerManageProcessor
+from .processors.pull import PullMessageProcessor
+from .processors.send import SendMessageProcessor
+from .registration import BrokerRegistration
+
+log = Logger()
+
+_CHANNEL_SCAN_INTERVAL = 10.0
+
+
+class BrokerController(service.Service):
+    """A broker: store, tables, client registry, processors, listener and periodic tasks."""
+
+    def __init__(self, config: BrokerConfig, store_config: StoreConfig, reactor: Any = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.reactor = reactor
+        self.config = config
+        self.store_config = store_config
+        config_dir = Path(store_config.storePathRootDir) / "config"
+        self.store = DefaultMessageStore(store_config)
+        self.topics = TopicConfigManager(config, config_dir, on_change=lambda tc: self._topic_changed())
+        self.offsets = ConsumerOffsetManager(config_dir)
+        self.groups = SubscriptionGroupManager(config, config_dir)
+        self.consumers = ConsumerManager(on_consumer_ids_changed=self._notify_consumer_ids_changed)
+        self.producers = ProducerManager()
+        self.pull_processor = PullMessageProcessor(self)
+        self.hold_service = PullRequestHoldService(reactor, self.pull_processor.execute_held)
+        self.dispatcher = RequestDispatcher()
+        for processor in (
+            SendMessageProcessor(self),
+            self.pull_processor,
+            ClientManageProcessor(self),
+            ConsumerManageProcessor(self),
+            AdminBrokerProcessor(self),
+        ):
+            self.dispatcher.register_all(processor.handlers())
+        self.dispatcher.on_channel_closed.append(self._channel_closed)
+        self.namesrv_client = RemotingClient(reactor)
+        self.registration = BrokerRegistration(self, self.namesrv_client)
+        self.flush_service: FlushService | None = None
+        self.sync_flush_waiter: Any = None
+        self.store_host = b""
+        self.ports: list[Any] = []
+        self._loops: list[task.LoopingCall] = []
+        self.boot_timestamp = int(time.time() * 1000)
+        self.put_total = 0
+        self.get_total = 0
+        self._tps_window = (time.monotonic(), 0, 0)
+        self._tps = (0.0, 0.0)
+
+    # -- lifecycle
+
+    def startService(self) -> None:
+        super().startService()
+        report = self.store.start()
+        log.info("store recovered: {report}", report=report)
+        self.store.arriving_listener = self._message_arriving
+        self.topics.load()
+        self.offsets.load()
+        self.groups.load()
+        self.topics.persist()
+        factory = RemotingServerFactory(self.dispatcher)
+        port = self.reactor.listenTCP(self.config.listenPort, factory, interface=self.config.bindAddress)
+        self.ports.append(port)
+        self.config.listenPort = port.getHost().port
+        self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
+        self.flush_service = FlushService(self.store, self.store_config, self.reactor)
+        self.flush_service.start()
+        if self.store_config.flushDiskType == "SYNC_FLUSH":
+            self.sync_flush_waiter = self.flush_service.wait_for_flush
+        period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
+        self._every(period, self.registration.register_all)
+        self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
+        self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
+        self._every(1.0, self._update_tps, now=False)
+        log.info(
+            "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
+            name=self.config.brokerName,
+            addr=self.config.broker_addr,
+            namesrv=self.config.namesrvAddr,
+        )
+
+    def _every(self, seconds: float, fn: Any, now: bool = True) -> None:
+        loop = task.LoopingCall(fn)
+        loop.clock = self.reactor
+        loop.start(seconds, now=now).addErrback(lambda f: log.failure("periodic task failed", f))
+        self._loops.append(loop)
+
+    @defer.inlineCallbacks
+    def stopService(self) -> Any:
+        super().stopService()
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        self._loops.clear()
+        yield self.registration.unregister_all()
+        yield self.namesrv_client.close()
+        for port in self.ports:
+            yield port.stopListening()
+        self.ports.clear()
+        self.hold_service.shutdown()
+        if self.flush_service is not None:
+            yield self.flush_service.stop()
+        self.offsets.persist()
+        self.store.shutdown()
+        log.info("broker {name} stopped", name=self.config.brokerName)
+
+    # -- helpers used by processors
+
+    def born_host(self, channel: RemotingProtocol) -> bytes:
+        """The client's address as records store it (cached per connection)."""
+        host = channel.attributes.get("born_host")
+        if host is None:
+            host = channel.attributes["born_host"] = pack_host(channel.peer_host or "127.0.0.1", channel.peer_port)
+        return host
+
+    def stats_put(self, n: int) -> None:
+        self.put_total += n
+
+    def stats_get(self, n: int) -> None:
+        self.get_total += n
+
+    def _update_tps(self) -> None:
+        now = time.monotonic()
+        t0, put0, get0 = self._tps_window
+        dt = max(now - t0, 1e-6)
+        self._tps = ((self.put_total - put0) / dt, (self.get_total - get0) / dt)
+        self._tps_window = (now, self.put_total, self.get_total)
+
+    def put_tps(self) -> float:
+        return self._tps[0]
+
+    def get_tps(self) -> float:
+        return self._tps[1]
+
+    def earliest_message_time(self) -> int:
+        data = self.store.look_message_by_offset(self.store.get_min_phy_offset())
+        if not data or len(data) < 64:
+            return 0
+        return int.from_bytes(data[56:64], "big", signed=True)
+
+    def disk_ratio(self) -> float:
+        root = self.store_config.storePathRootDir
+        os.makedirs(root, exist_ok=True)
+        usage = shutil.disk_usage(root)
+        return usage.used / usage.total if usage.total else 0.0
+
+    def all_config(self) -> dict[str, Any]:
+        return {**asdict(self.store_config), **asdict(self.config)}
+
+    # -- events
+
+    def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
+        self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
+
+    def _topic_changed(self) -> None:
+        if self.running:
+            self.registration.register_all()
+
+    def _notify_consumer_ids_changed(self, group: str, channels: list[RemotingProtocol]) -> None:
+        for ch in channels:
+            req = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True, language="JAVA"
+            )
+            ch.invoke_oneway(req)
+
+    def _notify_group(self, group: str) -> bool:
+        cfg = self.groups.table.get(group)
+        return self.config.notifyConsumerIdsChangedEnable and (cfg is None or cfg.notify_consumer_ids_changed_enable)
+
+    def _channel_closed(self, channel: RemotingProtocol) -> None:
+        self.consumers.channel_closed(channel, self._notify_group)
+        self.producers.channel_closed(channel)
+        self.hold_service.channel_closed(channel)
+
+    def _scan_not_active_channels(self) -> None:
+        expire = self.config.channelNotActiveInterval
+        for ch in self.consumers.scan_not_active(expire, self._notify_group) + self.producers.scan_not_active(expire):
+            ch.close()

@@ -1,0 +1,292 @@
+"""Topic, group, offset and status requests from admin tools and clients (AdminBrokerProcessor)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig, TopicList
+from gateway.remoting.codes import SERVER_VERSION, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    ConsumerGroupRequestHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    OffsetResponseHeader,
+    ProducerGroupRequestHeader,
+    SearchOffsetRequestHeader,
+    TopicQueueRequestHeader,
+    TopicRequestHeader,
+)
+
+from ..managers import NOT_ALLOWED_SEND_TOPICS, validate_topic
+
+if TYPE_CHECKING:
+    from gateway.remoting.protocol import RemotingProtocol
+
+    from ..controller import BrokerController
+
+_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please do it from master broker"
+
+
+class AdminBrokerProcessor:
+    """Everything that is not send, pull, heartbeat or offsets."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.update_and_create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.get_all_topic_config,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
+        }
+
+    # -- topics
+
+    def update_and_create_topic(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        if broker.config.is_slave:
+            return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
+        h = CreateTopicRequestHeader.decode(request.ext_fields)
+        reason = validate_topic(h.topic)
+        if reason is not None:
+            return request.response(ResponseCode.SYSTEM_ERROR, reason)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
+        if h.topic == broker.config.brokerClusterName:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
+            )
+        broker.topics.update_topic_config(
+            TopicConfig(
+                h.topic,
+                read_queue_nums=h.read_queue_nums,
+                write_queue_nums=h.write_queue_nums,
+                perm=h.perm,
+                topic_filter_type=h.topic_filter_type,
+                topic_sys_flag=h.topic_sys_flag or 0,
+                order=h.order,
+            )
+        )
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        if broker.config.is_slave:
+            return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
+        h = TopicRequestHeader.decode(request.ext_fields)
+        broker.topics.delete_topic_config(h.topic)
+        broker.offsets.remove_topic(h.topic)
+        broker.store.delete_topics({h.topic})
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_all_topic_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=fastjson.dumps(self.broker.topics.wrapper()))
+
+    def get_system_topic_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        topics = sorted(t for t in self.broker.topics.table if t in NOT_ALLOWED_SEND_TOPICS)
+        return request.response(body=fastjson.dumps(TopicList(topics)))
+
+    # -- queue offsets
+
+    def get_max_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = TopicQueueRequestHeader.decode(request.ext_fields)
+        offset = self.broker.store.get_max_offset_in_queue(h.topic, h.queue_id)
+        return request.response(ext_fields=OffsetResponseHeader(offset).encode())
+
+    def get_min_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = TopicQueueRequestHeader.decode(request.ext_fields)
+        offset = self.broker.store.get_min_offset_in_queue(h.topic, h.queue_id)
+        return request.response(ext_fields=OffsetResponseHeader(offset).encode())
+
+    def search_offset_by_timestamp(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = SearchOffsetRequestHeader.decode(request.ext_fields)
+        offset = self.broker.store.get_offset_in_queue_by_time(h.topic, h.queue_id, h.timestamp)
+        return request.response(ext_fields=OffsetResponseHeader(offset).encode())
+
+    def get_earliest_msg_storetime(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = TopicQueueRequestHeader.decode(request.ext_fields)
+        ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
+        return request.response(ext_fields=GetEarliestMsgStoretimeResponseHeader(ts).encode())
+
+    # -- status for mqadmin
+
+    def get_broker_runtime_info(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        store = broker.store
+        uptime = int(time.time() * 1000) - broker.boot_timestamp
+        tps = f"{broker.put_tps():.2f} {broker.put_tps():.2f} {broker.put_tps():.2f}"
+        get_tps = f"{broker.get_tps():.2f} {broker.get_tps():.2f} {broker.get_tps():.2f}"
+        table = {
+            "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": str(SERVER_VERSION),
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(broker.put_total),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": str(broker.get_total),
+            "putTps": tps,
+            "getTransferedTps": get_tps,
+            "sendThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueCapacity": "10000",
+            "pullThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueCapacity": "100000",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(broker.earliest_message_time()),
+            "commitLogDiskRatio": f"{broker.disk_ratio():.4f}",
+            "consumeQueueDiskRatio": f"{broker.disk_ratio():.4f}",
+            "commitLogMinOffset": str(store.get_min_phy_offset()),
+            "commitLogMaxOffset": str(store.get_max_phy_offset()),
+            "dispatchBehindBytes": "0",
+            "bootTimestamp": str(broker.boot_timestamp),
+            "runtime": f"[ {uptime // 86400000} days, {uptime // 3600000 % 24} hours, "
+            f"{uptime // 60000 % 60} minutes, {uptime // 1000 % 60} seconds ]",
+            "putMessageAverageSize": "0.0",
+            "putMessageSizeTotal": "0",
+            "putMessageTimesTotal": str(broker.put_total),
+            "totalMemKBytes": "0",
+            "brokerActive": "true",
+        }
+        return request.response(body=fastjson.dumps(KVTable(table)))
+
+    def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        h = TopicRequestHeader.decode(request.ext_fields)
+        tc = broker.topics.select(h.topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = broker.store
+        table = {}
+        for qid in range(tc.write_queue_nums):
+            mq = MessageQueue(h.topic, broker.config.brokerName, qid)
+            min_o = max(store.get_min_offset_in_queue(h.topic, qid), 0)
+            max_o = max(store.get_max_offset_in_queue(h.topic, qid), 0)
+            last = store.get_message_store_timestamp(h.topic, qid, max_o - 1) if max_o > 0 else 0
+            table[mq] = {"lastUpdateTimestamp": last, "maxOffset": max_o, "minOffset": min_o}
+        return request.response(body=fastjson.dumps({"offsetTable": table}))
+
+    def get_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        store = broker.store
+        h = GetConsumeStatsRequestHeader.decode(request.ext_fields)
+        topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of_group(h.consumer_group))
+        cg = broker.consumers.get(h.consumer_group)
+        table: dict[MessageQueue, dict[str, int]] = {}
+        for topic in topics:
+            tc = broker.topics.select(topic)
+            if tc is None:
+                continue
+            if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
+                continue
+            for qid in range(tc.read_queue_nums):
+                mq = MessageQueue(topic, broker.config.brokerName, qid)
+                broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
+                consumer_offset = max(broker.offsets.query_offset(h.consumer_group, topic, qid), 0)
+                last = store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+                table[mq] = {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": last,
+                }
+        return request.response(body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
+
+    def get_consumer_connection_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = ConsumerGroupRequestHeader.decode(request.ext_fields)
+        cg = self.broker.consumers.get(h.consumer_group)
+        if cg is None:
+            return request.response(
+                ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumer_group}] not online"
+            )
+        body = {
+            "connectionSet": [_connection(i) for i in cg.channels.values()],
+            "consumeFromWhere": cg.consume_from_where.name,
+            "consumeType": cg.consume_type.name,
+            "messageModel": cg.message_model.name,
+            "subscriptionTable": {t: s.to_json() for t, s in cg.subscription_table.items()},
+        }
+        return request.response(body=fastjson.dumps(body))
+
+    def get_producer_connection_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = ProducerGroupRequestHeader.decode(request.ext_fields)
+        channels = self.broker.producers.table.get(h.producer_group)
+        if not channels:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"the producer group[{h.producer_group}] not exist")
+        return request.response(body=fastjson.dumps({"connectionSet": [_connection(i) for i in channels.values()]}))
+
+    def query_topic_consume_by_who(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        h = TopicRequestHeader.decode(request.ext_fields)
+        groups = set(broker.offsets.groups_of_topic(h.topic))
+        groups.update(g for g, cg in broker.consumers.table.items() if h.topic in cg.subscription_table)
+        return request.response(body=fastjson.dumps({"groupList": sorted(groups)}))
+
+    # -- groups and offsets
+
+    def get_all_consumer_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=fastjson.dumps({"offsetTable": self.broker.offsets.offset_table}))
+
+    def get_all_subscription_group(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        groups = self.broker.groups
+        body = {
+            "dataVersion": groups.data_version.to_json(),
+            "subscriptionGroupTable": {k: v.to_json() for k, v in groups.table.items()},
+        }
+        return request.response(body=fastjson.dumps(body))
+
+    def update_and_create_subscription_group(
+        self, channel: RemotingProtocol, request: RemotingCommand
+    ) -> RemotingCommand:
+        if self.broker.config.is_slave:
+            return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
+        cfg = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))
+        if not cfg.group_name:
+            return request.response(ResponseCode.SYSTEM_ERROR, "groupName is blank")
+        self.broker.groups.update(cfg)
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_subscription_group(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        if self.broker.config.is_slave:
+            return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
+        h = DeleteSubscriptionGroupRequestHeader.decode(request.ext_fields)
+        self.broker.groups.delete(h.group_name)
+        return request.response(ResponseCode.SUCCESS)
+
+    def get_broker_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        lines = [f"{k}={v}" for k, v in sorted(broker.all_config().items())]
+        version = orjson.dumps(broker.topics.data_version.to_json()).decode()
+        return request.response(ext_fields={"version": version}, body="\n".join(lines).encode())
+
+
+def _connection(info: Any) -> dict[str, Any]:
+    return {
+        "clientAddr": info.channel.peer,
+        "clientId": info.client_id,
+        "language": info.language,
+        "version": info.version,
+    }

@@ -1,0 +1,88 @@
+"""HEART_BEAT, UNREGISTER_CLIENT, CHECK_CLIENT_CONFIG (ClientManageProcessor)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import HeartbeatData, SubscriptionData
+from gateway.remoting.codes import PermName, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import UnregisterClientRequestHeader
+
+from ..clients import ClientChannelInfo
+from ..managers import retry_topic
+
+if TYPE_CHECKING:
+    from gateway.remoting.protocol import RemotingProtocol
+
+    from ..controller import BrokerController
+
+
+class ClientManageProcessor:
+    """Registers producers and consumers (with their subscriptions) from heartbeats."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
+        }
+
+    def heart_beat(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        data = HeartbeatData.from_json(fastjson.loads(request.body) if request.body else {})
+        for consumer in data.consumer_data_set:
+            group_cfg = broker.groups.find(consumer.group_name)
+            notify = True
+            if group_cfg is not None:
+                notify = group_cfg.notify_consumer_ids_changed_enable
+                if group_cfg.retry_queue_nums > 0:
+                    broker.topics.create_topic_in_send_message_back_method(
+                        retry_topic(consumer.group_name),
+                        group_cfg.retry_queue_nums,
+                        PermName.PERM_READ | PermName.PERM_WRITE,
+                    )
+            info = ClientChannelInfo(channel, data.client_id, request.language, request.version)
+            broker.consumers.register_consumer(
+                consumer.group_name,
+                info,
+                consumer.consume_type,
+                consumer.message_model,
+                consumer.consume_from_where,
+                consumer.subscription_data_set,
+                notify and broker.config.notifyConsumerIdsChangedEnable,
+            )
+        for producer in data.producer_data_set:
+            broker.producers.register_producer(
+                producer.group_name, ClientChannelInfo(channel, data.client_id, request.language, request.version)
+            )
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister_client(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        broker = self.broker
+        header = UnregisterClientRequestHeader.decode(request.ext_fields)
+        if header.producer_group:
+            broker.producers.unregister_producer(header.producer_group, channel)
+        if header.consumer_group:
+            group_cfg = broker.groups.table.get(header.consumer_group)
+            notify = group_cfg.notify_consumer_ids_changed_enable if group_cfg else True
+            broker.consumers.unregister_consumer(header.consumer_group, channel, notify)
+        return request.response(ResponseCode.SUCCESS)
+
+    def check_client_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        body = fastjson.loads(request.body) if request.body else {}
+        sub = SubscriptionData.from_json(body.get("subscriptionData") or {})
+        if sub.expression_type == "TAG" or not sub.expression_type:
+            return request.response(ResponseCode.SUCCESS)
+        if not self.broker.config.enablePropertyFilter:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {sub.expression_type}",
+            )
+        return request.response(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Unsupported expression type {sub.expression_type}"
+        )

@@ -1,0 +1,277 @@
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE (SendMessageProcessor)."""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred
+
+from gateway.remoting.codes import PermName, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import SendMessageRequestHeader
+from gateway.remoting.message import (
+    PROPERTY_SEPARATOR,
+    MessageConst,
+    MessageSysFlag,
+    RecordError,
+    decode_batch,
+    properties_to_string,
+    string_to_properties,
+    tags_code,
+)
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+
+from ..managers import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    validate_topic,
+)
+
+if TYPE_CHECKING:
+    from gateway.remoting.protocol import RemotingProtocol
+
+    from ..controller import BrokerController
+
+_V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
+
+# PutMessageStatus → (response code, remark)
+_STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched. msg body length limit 128k, "
+        "msg properties length limit 32k.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+        "messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR"),
+}
+
+
+class SendMessageProcessor:
+    """Stores sent messages and answers with their ids and queue offsets."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self._region_ext = {MessageConst.MSG_REGION: cfg.regionId, MessageConst.TRACE_SWITCH: str(cfg.traceOn).lower()}
+
+    def handlers(self) -> dict[int, Any]:
+        return {
+            RequestCode.SEND_MESSAGE: self.process,
+            RequestCode.SEND_MESSAGE_V2: self.process,
+            RequestCode.SEND_BATCH_MESSAGE: self.process,
+        }
+
+    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | Deferred[Any]:
+        if request.code in _V2_CODES:
+            header = SendMessageRequestHeader.decode_v2(request.ext_fields)
+        else:
+            header = SendMessageRequestHeader.decode(request.ext_fields)
+        ext = dict(self._region_ext)
+        error = self._check(request, header)
+        if error is not None:
+            code, remark = error
+            return request.response(code, remark, ext)
+        if header.batch:
+            return self._send_batch(channel, request, header, ext)
+        return self._send(channel, request, header, ext)
+
+    def _check(self, request: RemotingCommand, header: SendMessageRequestHeader) -> tuple[int, str] | None:
+        """msgCheck: broker permission, topic name, topic existence (auto-create), queue id range."""
+        broker = self.broker
+        cfg = broker.config
+        now = int(time.time() * 1000)
+        if now < cfg.startAcceptSendRequestTimeStamp:
+            return ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {cfg.startAcceptSendRequestTimeStamp}"
+        if not cfg.brokerPermission & PermName.PERM_WRITE:
+            return ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] sending message is forbidden"
+        topic = header.topic
+        reason = validate_topic(topic)
+        if reason is not None:
+            return ResponseCode.SYSTEM_ERROR, reason
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return ResponseCode.SYSTEM_ERROR, f"Sending message to topic[{topic}] is forbidden."
+        topics = broker.topics
+        tc = topics.select(topic)
+        if tc is None:
+            sys_flag = 1 if header.unit_mode else 0
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = topics.create_topic_in_send_message_back_method(
+                    topic, 1, PermName.PERM_READ | PermName.PERM_WRITE, sys_flag
+                )
+            else:
+                tc = topics.create_topic_in_send_message_method(
+                    topic, header.default_topic, header.default_topic_queue_nums, sys_flag
+                )
+            if tc is None:
+                return (
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
+                )
+        if not tc.perm & PermName.PERM_WRITE:
+            return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+        queue_id_max = max(tc.write_queue_nums, tc.read_queue_nums)
+        if header.queue_id >= queue_id_max:
+            return (
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queue_id}] is illegal, topic:{topic} "
+                f"topicConfig.writeQueueNums:{tc.write_queue_nums} consumer:{request.language}",
+            )
+        return None
+
+    def _queue_id(self, header: SendMessageRequestHeader) -> int:
+        if header.queue_id >= 0:
+            return header.queue_id
+        tc = self.broker.topics.select(header.topic)
+        return random.randrange(max(tc.write_queue_nums, 1)) if tc else 0
+
+    def _retry_to_dlq(self, header: SendMessageRequestHeader, request: RemotingCommand, props: dict[str, str]) -> str:
+        """A client re-sending to %RETRY% after too many attempts goes to the group's DLQ (§7.3)."""
+        topic = header.topic
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        cfg = self.broker.groups.find(group)
+        max_times = cfg.retry_max_times if cfg else 16
+        if request.version >= 121 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if (header.reconsume_times or 0) >= max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group
+            self.broker.topics.create_topic_in_send_message_back_method(
+                dlq, 1, PermName.PERM_READ | PermName.PERM_WRITE
+            )
+            props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+            header.queue_id = 0
+            return dlq
+        return topic
+
+    def _base_sys_flag(self, header: SendMessageRequestHeader) -> int:
+        sys_flag = header.sys_flag
+        tc = self.broker.topics.select(header.topic)
+        if tc is not None and tc.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MessageSysFlag.MULTI_TAGS_FLAG
+        return sys_flag
+
+    def _send(
+        self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
+    ) -> RemotingCommand | Deferred[Any]:
+        broker = self.broker
+        props = string_to_properties(header.properties)
+        if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.brokerIP1}] sending transaction message is forbidden",
+                ext,
+            )
+        topic = self._retry_to_dlq(header, request, props)
+        props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
+        props[MessageConst.CLUSTER] = broker.config.brokerClusterName
+        msg = MessageExtBrokerInner(
+            topic=topic,
+            queue_id=self._queue_id(header),
+            flag=header.flag,
+            body=request.body,
+            properties=properties_to_string(props),
+            tags_code=tags_code(props.get(MessageConst.TAGS)),
+            sys_flag=self._base_sys_flag(header),
+            born_timestamp=header.born_timestamp,
+            born_host=broker.born_host(channel),
+            store_host=broker.store_host,
+            reconsume_times=header.reconsume_times or 0,
+        )
+        result = broker.store.put_message(msg)
+        return self._respond(request, result, msg.queue_id, ext)
+
+    def _send_batch(
+        self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
+    ) -> RemotingCommand | Deferred[Any]:
+        broker = self.broker
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {header.topic}", ext
+            )
+        batch_props = string_to_properties(header.properties)
+        if MessageConst.DELAY_TIME_LEVEL in batch_props or batch_props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay or transaction", ext
+            )
+        batch_props[MessageConst.CLUSTER] = broker.config.brokerClusterName
+        batch_props_str = properties_to_string(batch_props)
+        try:
+            entries = decode_batch(request.body)
+        except RecordError as e:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", ext)
+        if not entries:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch", ext)
+        queue_id = self._queue_id(header)
+        sys_flag = self._base_sys_flag(header)
+        born_host = broker.born_host(channel)
+        msgs = []
+        for flag, body, inner_props in entries:
+            if inner_props and batch_props_str:
+                props_str = inner_props + PROPERTY_SEPARATOR + batch_props_str
+            else:
+                props_str = inner_props or batch_props_str
+            msgs.append(
+                MessageExtBrokerInner(
+                    topic=header.topic,
+                    queue_id=queue_id,
+                    flag=flag,
+                    body=body,
+                    properties=props_str,
+                    tags_code=tags_code(string_to_properties(inner_props).get(MessageConst.TAGS)),
+                    sys_flag=sys_flag,
+                    born_timestamp=header.born_timestamp,
+                    born_host=born_host,
+                    store_host=broker.store_host,
+                    reconsume_times=header.reconsume_times or 0,
+                )
+            )
+        result = broker.store.put_messages(msgs)
+        return self._respond(request, result, queue_id, ext)
+
+    def _respond(
+        self, request: RemotingCommand, result: PutMessageResult, queue_id: int, ext: dict[str, str]
+    ) -> RemotingCommand | Deferred[Any]:
+        code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, str(result.status)))
+        if code != ResponseCode.SUCCESS or result.append is None:
+            return request.response(code, remark, ext)
+        append = result.append
+        self.broker.stats_put(append.msg_num)
+        ext["msgId"] = append.msg_id
+        ext["queueId"] = str(queue_id)
+        ext["queueOffset"] = str(append.logics_offset)
+        flush = self.broker.sync_flush_waiter
+        if flush is None:
+            return request.response(ResponseCode.SUCCESS, None, ext)
+        # SYNC_FLUSH: answer once the bytes are durable, FLUSH_DISK_TIMEOUT if that takes too long.
+        d = flush(append.wrote_offset + append.wrote_bytes)
+        return d.addCallback(
+            lambda ok: request.response(
+                ResponseCode.SUCCESS if ok else ResponseCode.FLUSH_DISK_TIMEOUT,
+                None if ok else "flush disk timeout",
+                ext,
+            )
+        )

@@ -1,0 +1,111 @@
+"""Broker → NameServer registration (BrokerOuterAPI): register at start, periodically, and on topic changes."""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from gateway.remoting.client import RemotingClient
+from gateway.remoting.codes import PermName, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
+
+if TYPE_CHECKING:
+    from .controller import BrokerController
+
+log = Logger()
+
+
+class BrokerRegistration:
+    """Keeps this broker registered with every NameServer over long-lived connections."""
+
+    def __init__(self, broker: BrokerController, client: RemotingClient) -> None:
+        self.broker = broker
+        self.client = client
+        self.master_addr: str | None = None
+        self.ha_master_addr: str | None = None
+
+    def _body(self) -> bytes:
+        broker = self.broker
+        wrapper = broker.topics.wrapper()
+        perm = broker.config.brokerPermission
+        if not (perm & PermName.PERM_READ and perm & PermName.PERM_WRITE):
+            # A broker that is not read-write registers every topic with its own permission.
+            wrapper = TopicConfigSerializeWrapper(
+                {
+                    name: TopicConfig(
+                        tc.topic_name,
+                        tc.read_queue_nums,
+                        tc.write_queue_nums,
+                        perm,
+                        tc.topic_filter_type,
+                        tc.topic_sys_flag,
+                        tc.order,
+                    )
+                    for name, tc in wrapper.topic_config_table.items()
+                },
+                wrapper.data_version,
+            )
+        return fastjson.dumps(RegisterBrokerBody(wrapper, []))
+
+    def register_all(self) -> defer.Deferred[Any]:
+        """REGISTER_BROKER to every NameServer; fires when all have answered or failed."""
+        cfg = self.broker.config
+        addrs = cfg.namesrv_addrs
+        if not addrs:
+            return defer.succeed(None)
+        body = self._body()
+        header = RegisterBrokerRequestHeader(
+            broker_name=cfg.brokerName,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.brokerClusterName,
+            ha_server_addr=cfg.ha_server_addr,
+            broker_id=cfg.brokerId,
+            compressed=False,
+            body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
+        ).encode()
+        timeout = cfg.registerBrokerTimeoutMills / 1000.0
+        calls = []
+        for addr in addrs:
+            req = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(header), body, language="JAVA")
+            d = self.client.invoke(addr, req, timeout)
+            d.addCallbacks(self._registered, self._failed, errbackArgs=(addr,))
+            calls.append(d)
+        return defer.DeferredList(calls)
+
+    def _registered(self, response: RemotingCommand) -> None:
+        if response.code != ResponseCode.SUCCESS:
+            log.warn("register broker failed: {code} {remark}", code=response.code, remark=response.remark)
+            return
+        h = RegisterBrokerResponseHeader.decode(response.ext_fields)
+        if h.master_addr:
+            self.master_addr = h.master_addr
+        if h.ha_server_addr:
+            self.ha_master_addr = h.ha_server_addr
+
+    @staticmethod
+    def _failed(failure: Any, addr: str) -> None:
+        log.warn("register broker to name server {addr} failed: {error}", addr=addr, error=failure.getErrorMessage())
+
+    def unregister_all(self) -> defer.Deferred[Any]:
+        cfg = self.broker.config
+        header = UnRegisterBrokerRequestHeader(
+            broker_name=cfg.brokerName,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.brokerClusterName,
+            broker_id=cfg.brokerId,
+        ).encode()
+        calls = []
+        for addr in cfg.namesrv_addrs:
+            req = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, dict(header), language="JAVA")
+            calls.append(self.client.invoke(addr, req, 3.0).addErrback(lambda f: None))
+        return defer.DeferredList(calls)

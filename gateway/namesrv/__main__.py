@@ -1,0 +1,76 @@
+"""``python -m gateway.namesrv [-c namesrv.properties] [-p]``: the name server, with ``mqnamesrv``'s flags.
+
+Logs go to stdout. SIGINT or SIGTERM closes the port and every connection, then exits 0; a bad
+configuration prints its message (key and file) on stderr and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from twisted.internet import task
+from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
+from twisted.logger import (
+    FilteringLogObserver,
+    Logger,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
+
+from gateway.config import ConfigError
+
+from .config import NamesrvConfig, format_properties, load_namesrv_config
+from .service import NamesrvController
+
+log = Logger()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``mqnamesrv``."""
+    parser = argparse.ArgumentParser(prog="mqnamesrv", description="RocketMQ-compatible name server")
+    parser.add_argument("-c", "--configFile", metavar="FILE", help="Name server config properties file")
+    parser.add_argument("-p", "--printConfigItem", action="store_true", help="Print all config items")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of ``python -m gateway.namesrv`` and the ``mqnamesrv`` script; exits the process."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = load_namesrv_config(args.configFile)
+    except ConfigError as e:
+        print(f"mqnamesrv: {e}", file=sys.stderr)
+        sys.exit(1)
+    if args.printConfigItem:
+        sys.stdout.write(format_properties(config.to_properties()))
+        return
+    observer = textFileLogObserver(sys.stdout)
+    globalLogBeginner.beginLoggingTo(
+        [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])],
+        redirectStandardIO=False,
+    )
+    task.react(_serve, (config,))
+
+
+async def _serve(reactor: Any, config: NamesrvConfig) -> None:
+    controller = NamesrvController(config, reactor)
+    try:
+        controller.startService()
+    except CannotListenError as e:
+        log.critical(
+            "cannot listen on {addr}:{port}: {error}", addr=config.bindAddress, port=config.listenPort, error=e
+        )
+        raise SystemExit(1) from None
+    # The reactor waits for this Deferred when SIGINT/SIGTERM stops it.
+    reactor.addSystemEventTrigger("before", "shutdown", controller.stopService)
+    # Serve until the reactor stops.
+    await Deferred()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""DefaultRequestProcessor: the name server's request handlers (RocketMQ 4.9's DefaultRequestProcessor).
+
+Bodies are written as Java's fastjson writes them (integer map keys unquoted), except the route of
+GET_ROUTEINFO_BY_TOPIC for clients that ask for standard JSON.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from twisted.logger import Logger
+
+from gateway.config import ConfigError, parse_properties
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import (
+    DataVersion,
+    KVTable,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicList,
+)
+from gateway.remoting.codes import VERSION_4_9_4, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.dispatch import Handler
+from gateway.remoting.headers import (
+    AddWritePermOfBrokerResponseHeader,
+    BrokerNameRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVConfigResponseHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    HeaderError,
+    KVConfigRequestHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+    WipeWritePermOfBrokerResponseHeader,
+)
+from gateway.remoting.message import body_crc
+
+from .config import NamesrvConfig, format_properties, update_namesrv_config
+from .kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from .routes import RouteInfoManager
+
+log = Logger()
+
+# FAQUrl.suggestTodo(APPLY_TOPIC_URL), which Java appends to the "no route" remark.
+_APPLY_TOPIC_TIP = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+_INT = struct.Struct(">i")
+
+
+def decode_register_broker_body(data: bytes, compressed: bool) -> RegisterBrokerBody:
+    """RegisterBrokerBody from JSON, or from the zlib form brokers send with ``compressedRegister=true``.
+
+    The compressed form: int32 length + DataVersion JSON; int32 topic count; per topic int32 length +
+    ``"name readQ writeQ perm FILTER_TYPE"``; int32 length + JSON array of filter servers.
+    """
+    if not compressed:
+        return RegisterBrokerBody.from_json(fastjson.loads(data))
+    raw = zlib.decompress(data)
+    pos = 0
+
+    def chunk() -> bytes:
+        nonlocal pos
+        (length,) = _INT.unpack_from(raw, pos)
+        if length < 0 or pos + 4 + length > len(raw):
+            raise ValueError("compressed RegisterBrokerBody is truncated")
+        pos += 4 + length
+        return raw[pos - length : pos]
+
+    wrapper = TopicConfigSerializeWrapper(data_version=DataVersion.from_json(fastjson.loads(chunk())))
+    (count,) = _INT.unpack_from(raw, pos)
+    pos += 4
+    for _ in range(count):
+        parts = chunk().decode().split(" ")
+        # TopicConfig.decode ignores anything but exactly five fields.
+        if len(parts) == 5:
+            name, read_q, write_q, perm, filter_type = parts
+            wrapper.topic_config_table[name] = TopicConfig(name, int(read_q), int(write_q), int(perm), filter_type)
+    return RegisterBrokerBody(wrapper, [str(s) for s in fastjson.loads(chunk()) or []])
+
+
+class DefaultRequestProcessor:
+    """Handlers for every name-server request code; register them with ``dispatcher.register_all(handlers())``."""
+
+    def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager) -> None:
+        self.config = config
+        self.routes = routes
+        self.kv = kv
+
+    def handlers(self) -> dict[int, Handler]:
+        """Request code → handler."""
+        return {
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.QUERY_DATA_VERSION: self.query_broker_topic_config,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info_by_topic,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_broker_cluster_info,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm_of_broker,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm_of_broker,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list(self.routes.get_all_topic_list),
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic_in_namesrv,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self._topic_list(self.routes.get_system_topic_list),
+            RequestCode.GET_UNIT_TOPIC_LIST: self._topic_list(self.routes.get_unit_topics),
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self._topic_list(self.routes.get_has_unit_sub_topic_list),
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self._topic_list(
+                self.routes.get_has_unit_sub_un_unit_topic_list
+            ),
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_config,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
+        }
+
+    # -- KV config
+
+    def put_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = KVConfigRequestHeader.decode(request.ext_fields)
+        if header.value is None:
+            # PutKVConfigRequestHeader declares value @CFNotNull.
+            raise HeaderError("the custom field <value> is null")
+        self.kv.put_kv_config(header.namespace, header.key, header.value)
+        return request.response()
+
+    def get_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = KVConfigRequestHeader.decode(request.ext_fields)
+        value = self.kv.get_kv_config(header.namespace, header.key)
+        if value is None:
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"No config item, Namespace: {header.namespace} Key: {header.key}",
+                ext_fields={},
+            )
+        return request.response(ext_fields=GetKVConfigResponseHeader(value).encode())
+
+    def delete_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = KVConfigRequestHeader.decode(request.ext_fields)
+        self.kv.delete_kv_config(header.namespace, header.key)
+        return request.response()
+
+    def get_kv_list_by_namespace(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = GetKVListByNamespaceRequestHeader.decode(request.ext_fields)
+        table = self.kv.get_kv_list_by_namespace(header.namespace)
+        if table is None:
+            return request.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {header.namespace}")
+        return request.response(body=fastjson.dumps(KVTable(table)))
+
+    # -- brokers
+
+    def register_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = RegisterBrokerRequestHeader.decode(request.ext_fields)
+        if header.body_crc32 != 0 and body_crc(request.body) != header.body_crc32:
+            log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=channel.peer)
+            return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        if request.body:
+            try:
+                body = decode_register_broker_body(request.body, header.compressed)
+            except Exception as e:  # Java: any decode failure is a RemotingCommandException
+                return request.response(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
+        else:
+            body = RegisterBrokerBody(TopicConfigSerializeWrapper(data_version=DataVersion(timestamp=0, counter=0)))
+        result = self.routes.register_broker(
+            header.cluster_name,
+            header.broker_addr,
+            header.broker_name,
+            header.broker_id,
+            header.ha_server_addr,
+            body.topic_config_serialize_wrapper,
+            body.filter_server_list,
+            channel,
+        )
+        order_topic_config = self.kv.get_kv_list_by_namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        return request.response(
+            ext_fields=RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr).encode(),
+            body=fastjson.dumps(KVTable(order_topic_config)) if order_topic_config is not None else b"",
+        )
+
+    def unregister_broker(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = UnRegisterBrokerRequestHeader.decode(request.ext_fields)
+        self.routes.unregister_broker(header.cluster_name, header.broker_addr, header.broker_name, header.broker_id)
+        return request.response()
+
+    def query_broker_topic_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """QUERY_DATA_VERSION: did the broker's topics change? An unchanged answer also counts as a heartbeat."""
+        header = QueryDataVersionRequestHeader.decode(request.ext_fields)
+        # Java compares with null when there is no body, which always reads as "changed".
+        sent = DataVersion.from_json(fastjson.loads(request.body)) if request.body else None
+        changed = sent is None or self.routes.is_broker_topic_config_changed(header.broker_addr, sent)
+        if not changed:
+            self.routes.update_broker_info_update_timestamp(header.broker_addr)
+        stored = self.routes.query_broker_topic_config(header.broker_addr)
+        return request.response(
+            ext_fields=QueryDataVersionResponseHeader(changed).encode(),
+            body=fastjson.dumps(stored) if stored is not None else b"",
+        )
+
+    # -- routes and admin
+
+    def get_route_info_by_topic(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = GetRouteInfoRequestHeader.decode(request.ext_fields)
+        route = self.routes.pick_up_topic_route_data(header.topic)
+        if route is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {header.topic}{_APPLY_TOPIC_TIP}",
+            )
+        if self.config.orderMessageEnable:
+            route.order_topic_conf = self.kv.get_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, header.topic)
+        # Clients from 4.9.4 on parse only standard JSON; older ones (C++ sends 63) only fastjson's form.
+        standard = request.version >= VERSION_4_9_4 or header.accept_standard_json_only
+        return request.response(body=fastjson.dumps_standard(route) if standard else fastjson.dumps(route))
+
+    def get_broker_cluster_info(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=fastjson.dumps(self.routes.get_all_cluster_info()))
+
+    def wipe_write_perm_of_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = BrokerNameRequestHeader.decode(request.ext_fields)
+        count = self.routes.wipe_write_perm_of_broker(header.broker_name)
+        log.info(
+            "wipe write perm of broker[{name}], client: {peer}, {count}",
+            name=header.broker_name,
+            peer=channel.peer,
+            count=count,
+        )
+        return request.response(ext_fields=WipeWritePermOfBrokerResponseHeader(count).encode())
+
+    def add_write_perm_of_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = BrokerNameRequestHeader.decode(request.ext_fields)
+        count = self.routes.add_write_perm_of_broker(header.broker_name)
+        log.info(
+            "add write perm of broker[{name}], client: {peer}, {count}",
+            name=header.broker_name,
+            peer=channel.peer,
+            count=count,
+        )
+        return request.response(ext_fields=AddWritePermOfBrokerResponseHeader(count).encode())
+
+    def delete_topic_in_namesrv(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = DeleteTopicFromNamesrvRequestHeader.decode(request.ext_fields)
+        self.routes.delete_topic(header.topic, header.cluster_name)
+        return request.response()
+
+    def get_topics_by_cluster(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = GetTopicsByClusterRequestHeader.decode(request.ext_fields)
+        return request.response(body=fastjson.dumps(self.routes.get_topics_by_cluster(header.cluster)))
+
+    @staticmethod
+    def _topic_list(query: Callable[[], TopicList]) -> Handler:
+        """A handler answering a header-less request with the TopicList ``query()`` returns."""
+
+        def handle(_channel: Any, request: RemotingCommand) -> RemotingCommand:
+            return request.response(body=fastjson.dumps(query()))
+
+        return handle
+
+    # -- name server settings
+
+    def update_config(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        log.info("updateConfig called by {peer}", peer=channel.peer)
+        if request.body:
+            try:
+                props = parse_properties(request.body.decode())
+            except UnicodeDecodeError as e:
+                return request.response(ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
+            if props.keys() & self.config.black_list():
+                return request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+            try:
+                update_namesrv_config(self.config, props)
+            except ConfigError as e:
+                return request.response(ResponseCode.SYSTEM_ERROR, str(e))
+        return request.response()
+
+    def get_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=format_properties(self.config.to_properties()).encode())

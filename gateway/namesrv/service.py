@@ -1,0 +1,112 @@
+"""NamesrvController: the name server as a Twisted service — listener, broker expiry scan, KV file.
+
+``startService()`` listens at once (``port`` then tells the bound port, handy with ``listenPort=0``);
+``stopService()`` returns a Deferred that fires once the port and every connection are closed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
+from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+
+from gateway.remoting.dispatch import RequestDispatcher
+from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+
+from .config import NamesrvConfig
+from .kvconfig import KVConfigManager
+from .processors import DefaultRequestProcessor
+from .routes import RouteInfoManager
+
+log = Logger()
+
+# Java's NamesrvController runs the first expiry scan 5 s after start.
+FIRST_SCAN_DELAY = 5.0
+
+
+class NamesrvController(Service):
+    """A name server: route tables and KV config behind a remoting listener.
+
+    ``reactor`` listens (default: the global reactor); ``clock`` times the expiry scan and the
+    brokers' last-update stamps (default: ``reactor``; tests pass a ``task.Clock``).
+    """
+
+    def __init__(self, config: NamesrvConfig, reactor: Any = None, clock: IReactorTime | None = None) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self.config = config
+        self.reactor = reactor
+        self.clock: IReactorTime = clock if clock is not None else reactor
+        self.kv_config_manager = KVConfigManager(config.kvConfigPath)
+        self.route_info_manager = RouteInfoManager(
+            now=lambda: int(self.clock.seconds() * 1000), broker_channel_expired_time=config.brokerChannelExpiredTime
+        )
+        self.dispatcher = RequestDispatcher()
+        self.dispatcher.register_all(
+            DefaultRequestProcessor(config, self.route_info_manager, self.kv_config_manager).handlers()
+        )
+        # BrokerHousekeepingService: a broker's routes go with its connection.
+        self.dispatcher.on_channel_closed.append(self._on_channel_closed)
+        # Wrap or replace before startService to serve TLS.
+        self.factory = RemotingServerFactory(self.dispatcher)
+        self._listening: IListeningPort | None = None
+        self._scan = LoopingCall(self.scan_not_active_broker)
+        self._scan.clock = self.clock
+        self._first_scan: IDelayedCall | None = None
+        self._closing: dict[RemotingProtocol, Deferred[None]] = {}
+
+    @property
+    def port(self) -> int:
+        """The TCP port listened on (useful with ``listenPort=0``); only while started."""
+        if self._listening is None:
+            raise RuntimeError("the name server is not listening")
+        return self._listening.getHost().port
+
+    def startService(self) -> None:
+        """Load the KV file, listen (raises CannotListenError), schedule the expiry scan."""
+        self.kv_config_manager.load()
+        self._listening = self.reactor.listenTCP(
+            self.config.listenPort, self.factory, interface=self.config.bindAddress
+        )
+        super().startService()
+        host = self._listening.getHost()
+        log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port)
+        self._first_scan = self.clock.callLater(
+            FIRST_SCAN_DELAY, self._scan.start, self.config.scanNotActiveBrokerInterval / 1000, now=True
+        )
+
+    def stopService(self) -> Deferred[None]:
+        """Stop scanning, close the port and every connection; the Deferred fires when all are closed."""
+        super().stopService()
+        if self._first_scan is not None and self._first_scan.active():
+            self._first_scan.cancel()
+        if self._scan.running:
+            self._scan.stop()
+        waits: list[Deferred[Any]] = []
+        if self._listening is not None:
+            waits.append(maybeDeferred(self._listening.stopListening))
+            self._listening = None
+        for channel in list(self.factory.channels):
+            closed: Deferred[None] = Deferred()
+            self._closing[channel] = closed
+            waits.append(closed)
+            channel.transport.abortConnection()
+        return DeferredList(waits, consumeErrors=True).addCallback(lambda _: log.info("NameServer stopped"))
+
+    def scan_not_active_broker(self) -> None:
+        """Expire brokers silent for ``brokerChannelExpiredTime`` and close their connections."""
+        for live in self.route_info_manager.scan_not_active_broker():
+            if live.channel is not None:
+                live.channel.close()
+
+    def _on_channel_closed(self, channel: RemotingProtocol) -> None:
+        self.route_info_manager.on_channel_destroy(channel.peer, channel)
+        closed = self._closing.pop(channel, None)
+        if closed is not None:
+            closed.callback(None)

@@ -1,0 +1,50 @@
+"""Shared entry-point plumbing: logging to stdout and running services until Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from twisted.application.service import IService
+from twisted.internet import defer, task
+from twisted.logger import (
+    FilteringLogObserver,
+    LogLevel,
+    LogLevelFilterPredicate,
+    globalLogBeginner,
+    textFileLogObserver,
+)
+
+from gateway.config import ConfigError
+
+
+def start_logging(level: str = "info") -> None:
+    """Log to stdout at ``level`` and above."""
+    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
+    observer = FilteringLogObserver(textFileLogObserver(sys.stdout), [predicate])
+    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
+
+
+def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[IService]], str]) -> None:
+    """Build services with the reactor, start them, print the ready line, stop them cleanly on Ctrl-C."""
+
+    def main(reactor: Any) -> defer.Deferred[None]:
+        services = build(reactor)
+        for svc in services:
+            svc.startService()
+        print(ready(services), flush=True)
+
+        @defer.inlineCallbacks
+        def stop() -> Any:
+            for svc in reversed(services):
+                yield defer.maybeDeferred(svc.stopService)
+
+        reactor.addSystemEventTrigger("before", "shutdown", stop)
+        return defer.Deferred()  # runs until the reactor is stopped (SIGINT/SIGTERM)
+
+    try:
+        task.react(main)
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        sys.exit(1)
