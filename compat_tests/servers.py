@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class GatewayServers:
         self.broker_port = 0
         self.namesrv_port = 0
         self.output: list[str] = []
+        self._pump: threading.Thread | None = None
 
     def start(self, timeout: float = 30.0) -> GatewayServers:
         conf = self.store_dir / "broker.conf"
@@ -100,8 +102,6 @@ class GatewayServers:
 
     def _drain(self) -> None:
         # Keep reading the child's output so it never blocks on a full pipe.
-        import threading
-
         proc = self.proc
 
         def pump() -> None:
@@ -109,7 +109,17 @@ class GatewayServers:
             for line in proc.stdout:
                 self.output.append(line)
 
-        threading.Thread(target=pump, daemon=True).start()
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+
+    def _reap(self) -> None:
+        assert self.proc is not None
+        if self._pump is not None:
+            self._pump.join(5)
+            self._pump = None
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self.proc = None
 
     def create_topic(self, topic: str, queues: int = 4, order: bool = False) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
@@ -141,7 +151,7 @@ class GatewayServers:
                 self.proc.kill()
                 self.proc.wait()
         rc = self.proc.returncode
-        self.proc = None
+        self._reap()
         return rc
 
     def kill(self) -> None:
@@ -150,7 +160,7 @@ class GatewayServers:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.wait()
-            self.proc = None
+            self._reap()
 
     def restart(self) -> GatewayServers:
         """Stop cleanly and start again on the same ports and store."""

@@ -53,7 +53,7 @@ def java_programs(tmp_path_factory):
     out = tmp_path_factory.mktemp("java-classes")
     sources = sorted(str(p) for p in JAVA_DIR.glob("*.java"))
     assert sources, f"no Java sources in {JAVA_DIR}"
-    cmd = [_jdk_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-d", str(out), "-cp", JAVA_CLASSPATH] + sources
+    cmd = [_jdk_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-d", str(out), "-cp", JAVA_CLASSPATH, *sources]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -93,9 +93,22 @@ def run_java(classpath, tmp_path, command, servers, topic, group, *extra, timeou
     log_dir = tmp_path / f"logs-{command}-{group}"
     log_dir.mkdir(parents=True, exist_ok=True)
     cmd = [
-        _jdk_tool("java"), "-Xmx256m", "-cp", classpath, "CompatMain", command,
-        "--namesrv", servers.namesrv_addr, "--topic", topic, "--group", group,
-        "--timeout", str(timeout), "--log-dir", str(log_dir),
+        _jdk_tool("java"),
+        "-Xmx256m",
+        "-cp",
+        classpath,
+        "CompatMain",
+        command,
+        "--namesrv",
+        servers.namesrv_addr,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--timeout",
+        str(timeout),
+        "--log-dir",
+        str(log_dir),
     ] + [str(x) for x in extra]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + SUBPROCESS_SLACK)
@@ -109,8 +122,20 @@ def assert_ok(run, what):
 
 
 def produce_all_modes(java_programs, tmp_path, servers, topic, run_id):
-    run = run_java(java_programs, tmp_path, "produce", servers, topic, _unique("compat_pg"),
-                   "--count", COUNT, "--modes", ",".join(MODES), "--run-id", run_id)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "produce",
+        servers,
+        topic,
+        _unique("compat_pg"),
+        "--count",
+        COUNT,
+        "--modes",
+        ",".join(MODES),
+        "--run-id",
+        run_id,
+    )
     assert_ok(run, "producer")
     for mode in MODES:
         assert f"SENT {mode} {COUNT}" in run.stdout.splitlines(), run.describe()
@@ -125,8 +150,22 @@ def test_produce_all_modes_then_push_consume(java_programs, servers, tmp_path):
     run_id = _unique("r")
     produce_all_modes(java_programs, tmp_path, servers, topic, run_id)
 
-    run = run_java(java_programs, tmp_path, "push", servers, topic, _unique("compat_push"),
-                   "--count", COUNT, "--modes", ",".join(MODES), "--run-id", run_id, "--grace", 3)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "push",
+        servers,
+        topic,
+        _unique("compat_push"),
+        "--count",
+        COUNT,
+        "--modes",
+        ",".join(MODES),
+        "--run-id",
+        run_id,
+        "--grace",
+        3,
+    )
     assert_ok(run, "push consumer")
     assert run.value("CONSUMED") == COUNT * len(MODES), run.describe()
     assert run.value("DUPLICATES") == 0, run.describe()
@@ -140,8 +179,22 @@ def test_produce_all_modes_then_lite_pull_consume(java_programs, servers, tmp_pa
     run_id = _unique("r")
     produce_all_modes(java_programs, tmp_path, servers, topic, run_id)
 
-    run = run_java(java_programs, tmp_path, "litepull", servers, topic, _unique("compat_lite"),
-                   "--count", COUNT, "--modes", ",".join(MODES), "--run-id", run_id, "--grace", 2)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "litepull",
+        servers,
+        topic,
+        _unique("compat_lite"),
+        "--count",
+        COUNT,
+        "--modes",
+        ",".join(MODES),
+        "--run-id",
+        run_id,
+        "--grace",
+        2,
+    )
     assert_ok(run, "lite pull consumer")
     assert run.value("CONSUMED") == COUNT * len(MODES), run.describe()
     assert run.value("DUPLICATES") == 0, run.describe()
@@ -155,9 +208,24 @@ def test_push_consumer_tag_filter(java_programs, servers, tmp_path):
     run_id = _unique("r")
     produce_all_modes(java_programs, tmp_path, servers, topic, run_id)
 
-    run = run_java(java_programs, tmp_path, "push", servers, topic, _unique("compat_tags"),
-                   "--count", COUNT, "--run-id", run_id, "--subexpr", "TagSync || TagBatch",
-                   "--expect-modes", "sync,batch", "--grace", 3)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "push",
+        servers,
+        topic,
+        _unique("compat_tags"),
+        "--count",
+        COUNT,
+        "--run-id",
+        run_id,
+        "--subexpr",
+        "TagSync || TagBatch",
+        "--expect-modes",
+        "sync,batch",
+        "--grace",
+        3,
+    )
     assert_ok(run, "tag-filtered push consumer")
     assert run.value("CONSUMED") == COUNT * 2, run.describe()
 
@@ -168,18 +236,71 @@ def test_push_consumer_resumes_from_committed_offset(java_programs, servers, tmp
     servers.create_topic(topic, 4)
     group = _unique("compat_resume")
     first = _unique("r")
-    run = run_java(java_programs, tmp_path, "produce", servers, topic, _unique("compat_pg"),
-                   "--count", 20, "--modes", "sync", "--run-id", first)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "produce",
+        servers,
+        topic,
+        _unique("compat_pg"),
+        "--count",
+        20,
+        "--modes",
+        "sync",
+        "--run-id",
+        first,
+    )
     assert_ok(run, "producer (first batch)")
-    run = run_java(java_programs, tmp_path, "push", servers, topic, group,
-                   "--count", 20, "--modes", "sync", "--run-id", first, "--grace", 2)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "push",
+        servers,
+        topic,
+        group,
+        "--count",
+        20,
+        "--modes",
+        "sync",
+        "--run-id",
+        first,
+        "--grace",
+        2,
+    )
     assert_ok(run, "push consumer (first run)")
 
     second = _unique("r")
-    run = run_java(java_programs, tmp_path, "produce", servers, topic, _unique("compat_pg"),
-                   "--count", 20, "--modes", "sync", "--run-id", second)
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "produce",
+        servers,
+        topic,
+        _unique("compat_pg"),
+        "--count",
+        20,
+        "--modes",
+        "sync",
+        "--run-id",
+        second,
+    )
     assert_ok(run, "producer (second batch)")
-    run = run_java(java_programs, tmp_path, "push", servers, topic, group,
-                   "--count", 20, "--modes", "sync", "--run-id", second, "--grace", 2, "--no-foreign")
+    run = run_java(
+        java_programs,
+        tmp_path,
+        "push",
+        servers,
+        topic,
+        group,
+        "--count",
+        20,
+        "--modes",
+        "sync",
+        "--run-id",
+        second,
+        "--grace",
+        2,
+        "--no-foreign",
+    )
     assert_ok(run, "push consumer (second run, same group)")
     assert run.value("CONSUMED") == 20, run.describe()

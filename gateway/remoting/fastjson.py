@@ -30,9 +30,12 @@ def loads(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         pass
-    text = data.decode() if isinstance(data, (bytes, bytearray, memoryview)) else data
+    text = bytes(data).decode("utf-8", "replace") if isinstance(data, (bytes, bytearray, memoryview)) else data
     parser = _Parser(text)
-    value = parser.value()
+    try:
+        value = parser.value()
+    except RecursionError:
+        raise FastJsonError("nested too deeply") from None
     parser.ws()
     if parser.pos != len(text):
         raise FastJsonError(f"trailing data at {parser.pos}")
@@ -204,7 +207,9 @@ def _write(obj: Any, out: list[str]) -> None:
 
 def dumps_standard(obj: Any) -> bytes:
     """Standard JSON with sorted, quoted keys (the form for clients that ask for it)."""
-    return orjson.dumps(obj, default=_default, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS)
+    # PASSTHROUGH_DATACLASS: body dataclasses go through to_json() (Java's names), not orjson's field dump.
+    options = orjson.OPT_NON_STR_KEYS | orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+    return orjson.dumps(obj, default=_default, option=options)
 
 
 def _default(obj: Any) -> Any:

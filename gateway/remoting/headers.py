@@ -7,6 +7,7 @@ field (``@CFNotNull``) is an error answered with SYSTEM_ERROR; unknown keys are 
 
 from __future__ import annotations
 
+import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
@@ -24,7 +25,20 @@ def _to_bool(v: str) -> bool:
     return v.lower() == "true"
 
 
-_PARSERS = {str: str, int: int, bool: _to_bool}
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def _to_int(v: str) -> int:
+    # Java's Long.parseLong: plain decimal digits within 64 bits, nothing else.
+    if not _INT_RE.fullmatch(v):
+        raise ValueError(v)
+    n = int(v)
+    if not -(1 << 63) <= n < (1 << 63):
+        raise ValueError(v)
+    return n
+
+
+_PARSERS = {str: str, int: _to_int, bool: _to_bool}
 
 
 def _format(v: Any) -> str:
@@ -394,3 +408,17 @@ class QueryDataVersionRequestHeader(CommandHeader):
     broker_addr: str = wire("brokerAddr", required=True)
     cluster_name: str = wire("clusterName", required=True)
     broker_id: int = wire("brokerId", int, required=True)
+
+
+@dataclass(slots=True)
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    """CONSUMER_SEND_MSG_BACK (36): a consumed message goes back to the group's retry topic."""
+
+    offset: int = wire("offset", int, required=True)
+    group: str = wire("group", required=True)
+    delay_level: int = wire("delayLevel", int, required=True)
+    origin_msg_id: str | None = wire("originMsgId")
+    origin_topic: str | None = wire("originTopic")
+    unit_mode: bool = wire("unitMode", bool, default=False)
+    max_reconsume_times: int | None = wire("maxReconsumeTimes", int)
+    bname: str | None = wire("bname")

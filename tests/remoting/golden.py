@@ -1,7 +1,7 @@
-"""Access to the golden wire samples recorded from Apache RocketMQ 4.9.8 (see /work/shared/golden/README.md).
+"""The golden wire samples recorded from Apache RocketMQ 4.9.8 peers (``samples/README.md`` says where from).
 
-The frames are data captured from Java and C++ peers; tests decode them and compare our encoder's output
-with them. Nothing here is produced by our own code.
+The frames are data captured from Java and C++ peers, kept as ``xxd`` dumps; tests decode them and compare
+our encoder's output with them. Nothing here is produced by our own code.
 """
 
 from __future__ import annotations
@@ -10,16 +10,21 @@ import re
 import struct
 from pathlib import Path
 
-GOLDEN = Path("/work/shared/golden")
-FRAMES = GOLDEN / "frames"
+GOLDEN = Path(__file__).parent / "samples"
 SESSION = GOLDEN / "java-4.9.8-session.decoded.txt"
 
-FRAME_NAMES = sorted(p.stem for p in FRAMES.glob("*.bin"))
+FRAME_NAMES = sorted(p.stem for p in GOLDEN.glob("*.hex"))
 
 
 def frame(name: str) -> bytes:
-    """Raw frame bytes, 4-byte length prefix included."""
-    return (FRAMES / f"{name}.bin").read_bytes()
+    """Raw frame bytes, 4-byte length prefix included, from an ``xxd`` dump."""
+    out = bytearray()
+    for line in (GOLDEN / f"{name}.hex").read_text(encoding="ascii").splitlines():
+        # "00000010: 3130 352c ...  105,..." -- offset, 8 groups of hex (39 columns), then the text column.
+        offset, _, rest = line.partition(": ")
+        assert int(offset, 16) == len(out), f"{name}: dump offset {offset} out of sequence"
+        out += bytes.fromhex(rest[:39])
+    return bytes(out)
 
 
 def split_frame(data: bytes) -> tuple[int, bytes, bytes]:

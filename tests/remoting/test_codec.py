@@ -26,7 +26,7 @@ from .golden import FRAME_NAMES, frame, session_headers, split_frame
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 FUZZ = settings(
-    max_examples=300,
+    max_examples=200,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
@@ -469,7 +469,7 @@ JSON_VALUES = st.recursive(
 HEADER_KEYS = st.sampled_from(["code", "opaque", "flag", "language", "version", "remark", "extFields", "x"])
 
 
-@FUZZ
+@settings(FUZZ, max_examples=120)
 @given(st.dictionaries(HEADER_KEYS, JSON_VALUES | st.dictionaries(TEXT, JSON_VALUES, max_size=4), max_size=8))
 def test_json_headers_of_any_shape(obj: dict) -> None:
     """Any JSON object either fails with ProtocolError or gives a well-typed command that re-encodes."""
@@ -528,6 +528,11 @@ def test_mutated_valid_frames_decode_or_raise_protocol_error(data: bytes, traili
 
 
 # ---------------------------------------------------------------------------- golden frames
+
+
+def test_golden_samples_present() -> None:
+    assert len(FRAME_NAMES) == 14
+    assert {n.split("_")[1] for n in FRAME_NAMES} == {"code10", "code34", "code35", "code103", "code105", "code310"}
 
 
 @pytest.mark.parametrize("name", FRAME_NAMES)

@@ -1,0 +1,196 @@
+"""MQClientAPI: every request a client makes, built and checked; callers get values or MQBrokerError."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import HeartbeatData, TopicRouteData
+from gateway.remoting.client import RemotingClient
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    CommandHeader,
+    ConsumerGroupRequestHeader,
+    ConsumerSendMsgBackRequestHeader,
+    CreateTopicRequestHeader,
+    GetEarliestMsgStoretimeResponseHeader,
+    GetRouteInfoRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    QueryConsumerOffsetRequestHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
+    TopicQueueRequestHeader,
+    UnregisterClientRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from gateway.remoting.message import MessageExt
+
+from .errors import REMOTING_ERRORS, MQBrokerError
+
+log = Logger()
+
+# Send responses that mean "stored" (SendStatus other than SEND_OK included).
+SEND_OK_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    }
+)
+PULL_OK_CODES = frozenset(
+    {
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+    }
+)
+
+
+def _check(response: RemotingCommand, addr: str, ok: frozenset[int] = frozenset({ResponseCode.SUCCESS})) -> None:
+    if response.code not in ok:
+        raise MQBrokerError(response.code, response.remark, addr)
+
+
+def _request(code: int, header: CommandHeader | None = None, body: bytes = b"") -> RemotingCommand:
+    return RemotingCommand.request(code, header.encode() if header is not None else None, body)
+
+
+class MQClientAPI:
+    """Requests to name servers and brokers over one :class:`RemotingClient`; ``timeout`` in seconds."""
+
+    def __init__(self, remoting: RemotingClient, namesrv_addrs: Sequence[str], timeout: float = 3.0) -> None:
+        if not namesrv_addrs:
+            raise ValueError("no name server address")
+        self.remoting = remoting
+        self.namesrv_addrs = list(namesrv_addrs)
+        self.timeout = timeout
+        # Like Java, stick to one name server and move on only when it fails.
+        self._namesrv_index = random.randrange(len(self.namesrv_addrs))
+
+    async def _invoke(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        return await self.remoting.invoke(addr, request, self.timeout if timeout is None else timeout)
+
+    async def _invoke_namesrv(self, request: RemotingCommand) -> tuple[str, RemotingCommand]:
+        last: BaseException | None = None
+        for _ in range(len(self.namesrv_addrs)):
+            addr = self.namesrv_addrs[self._namesrv_index]
+            try:
+                return addr, await self._invoke(addr, request)
+            except REMOTING_ERRORS as e:
+                log.warn("name server {addr} failed: {error}", addr=addr, error=e)
+                last = e
+                self._namesrv_index = (self._namesrv_index + 1) % len(self.namesrv_addrs)
+        assert last is not None
+        raise last
+
+    # -- name server
+
+    async def get_topic_route(self, topic: str) -> TopicRouteData | None:
+        """The topic's route, or None when the name server does not know the topic."""
+        header = GetRouteInfoRequestHeader(topic=topic)
+        addr, response = await self._invoke_namesrv(_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, header))
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        _check(response, addr)
+        return TopicRouteData.from_json(fastjson.loads(response.body))
+
+    # -- send
+
+    async def send_message(
+        self, addr: str, header: SendMessageRequestHeader, body: bytes, code: int, timeout: float
+    ) -> RemotingCommand:
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE; the response when the message was stored."""
+        response = await self._invoke(addr, RemotingCommand.request(code, header.encode_v2(), body), timeout)
+        _check(response, addr, SEND_OK_CODES)
+        return response
+
+    def send_message_oneway(self, addr: str, header: SendMessageRequestHeader, body: bytes, code: int) -> Deferred:
+        """Fire and forget; the Deferred fires once the request is written."""
+        return self.remoting.invoke_oneway(addr, RemotingCommand.request(code, header.encode_v2(), body))
+
+    # -- pull and offsets
+
+    async def pull_message(self, addr: str, header: PullMessageRequestHeader, timeout: float) -> RemotingCommand:
+        """PULL_MESSAGE; the response when its code is one of the four pull statuses."""
+        response = await self._invoke(addr, _request(RequestCode.PULL_MESSAGE, header), timeout)
+        _check(response, addr, PULL_OK_CODES)
+        return response
+
+    async def query_consumer_offset(self, addr: str, header: QueryConsumerOffsetRequestHeader) -> int:
+        """The committed offset; MQBrokerError with code QUERY_NOT_FOUND (22) when there is none."""
+        response = await self._invoke(addr, _request(RequestCode.QUERY_CONSUMER_OFFSET, header))
+        _check(response, addr)
+        return OffsetResponseHeader.decode(response.ext_fields).offset
+
+    def update_consumer_offset_oneway(self, addr: str, header: UpdateConsumerOffsetRequestHeader) -> Deferred:
+        return self.remoting.invoke_oneway(addr, _request(RequestCode.UPDATE_CONSUMER_OFFSET, header))
+
+    async def _offset(self, addr: str, code: int, header: CommandHeader) -> int:
+        response = await self._invoke(addr, _request(code, header))
+        _check(response, addr)
+        return OffsetResponseHeader.decode(response.ext_fields).offset
+
+    async def get_max_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        return await self._offset(addr, RequestCode.GET_MAX_OFFSET, TopicQueueRequestHeader(topic, queue_id))
+
+    async def get_min_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        return await self._offset(addr, RequestCode.GET_MIN_OFFSET, TopicQueueRequestHeader(topic, queue_id))
+
+    async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp: int) -> int:
+        header = SearchOffsetRequestHeader(topic, queue_id, timestamp)
+        return await self._offset(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
+
+    async def get_earliest_msg_storetime(self, addr: str, topic: str, queue_id: int) -> int:
+        header = TopicQueueRequestHeader(topic, queue_id)
+        response = await self._invoke(addr, _request(RequestCode.GET_EARLIEST_MSG_STORETIME, header))
+        _check(response, addr)
+        return GetEarliestMsgStoretimeResponseHeader.decode(response.ext_fields).timestamp
+
+    # -- client registry
+
+    async def send_heartbeat(self, addr: str, data: HeartbeatData) -> int:
+        """HEART_BEAT; returns the broker's version."""
+        response = await self._invoke(addr, _request(RequestCode.HEART_BEAT, body=fastjson.dumps(data)))
+        _check(response, addr)
+        return response.version
+
+    async def unregister_client(
+        self, addr: str, client_id: str, producer_group: str | None, consumer_group: str | None
+    ) -> None:
+        header = UnregisterClientRequestHeader(client_id, producer_group, consumer_group)
+        _check(await self._invoke(addr, _request(RequestCode.UNREGISTER_CLIENT, header)), addr)
+
+    async def get_consumer_id_list(self, addr: str, group: str) -> list[str]:
+        header = ConsumerGroupRequestHeader(group)
+        response = await self._invoke(addr, _request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, header))
+        _check(response, addr)
+        return [str(cid) for cid in fastjson.loads(response.body).get("consumerIdList") or []]
+
+    async def consumer_send_message_back(
+        self, addr: str, broker_name: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK: the broker re-delivers ``msg`` later through ``%RETRY%<group>``."""
+        header = ConsumerSendMsgBackRequestHeader(
+            offset=msg.commitlog_offset,
+            group=group,
+            delay_level=delay_level,
+            origin_msg_id=msg.msg_id,
+            origin_topic=msg.topic,
+            max_reconsume_times=max_reconsume_times,
+            bname=broker_name,
+        )
+        response = await self._invoke(addr, _request(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5.0)
+        _check(response, addr)
+
+    # -- admin
+
+    async def create_topic(self, addr: str, header: CreateTopicRequestHeader) -> None:
+        _check(await self._invoke(addr, _request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)), addr)

@@ -1,0 +1,345 @@
+"""PushConsumer (DefaultMQPushConsumer, concurrent listener): rebalanced queues, long-polling pull loops,
+a listener fed batches of messages, and offsets committed as the lowest message not yet consumed.
+
+Delivery is at-least-once: a message leaves a queue's processing window only after the listener
+returned CONSUME_SUCCESS (or, on RECONSUME_LATER, after the broker took it back with
+CONSUMER_SEND_MSG_BACK; if the broker cannot, the message is re-consumed locally after
+``reconsume_later_delay``). A clean shutdown waits for running listeners, then commits, so a consumer
+restarted in the same group continues exactly where the previous one stopped.
+
+The listener runs in the reactor thread; it may return a status, a Deferred, or a coroutine. At most
+``consume_concurrency`` listener calls run at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from enum import Enum
+from typing import Any
+
+from twisted.internet.defer import Deferred, DeferredList, DeferredSemaphore, TimeoutError, maybeDeferred
+from twisted.internet.interfaces import IDelayedCall
+from twisted.logger import Logger
+
+from gateway.remoting.bodies import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    MessageModel,
+    MessageQueue,
+    SubscriptionData,
+)
+from gateway.remoting.codes import ResponseCode
+from gateway.remoting.headers import PullSysFlag
+from gateway.remoting.message import MessageConst, MessageExt
+
+from .admin import MQAdmin
+from .consumer import PullAPIWrapper, PullStatus, make_offset_store
+from .errors import MQBrokerError, MQClientError
+from .instance import ClientInstance, call_logged, resolve_client
+from .process_queue import ProcessQueue, PullRequest
+from .producer import RETRY_GROUP_TOPIC_PREFIX
+from .rebalance import AllocateStrategy, RebalancePushImpl, allocate_averagely
+
+log = Logger()
+
+# DefaultMQPushConsumerImpl's timings (seconds).
+BROKER_SUSPEND_MAX_TIME = 15.0
+CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
+PULL_DELAY_WHEN_FLOW_CONTROL = 0.05
+PULL_DELAY_WHEN_EXCEPTION = 3.0
+OFFSET_ILLEGAL_FIX_DELAY = 10.0
+# The broker forgot our heartbeat (it restarted): say hello again rather than wait up to 30 s.
+_HEARTBEAT_AGAIN_CODES = frozenset({ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST})
+
+
+class ConsumeStatus(Enum):
+    CONSUME_SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+MessageListener = Callable[[list[MessageExt]], "ConsumeStatus | Deferred[ConsumeStatus] | Awaitable[ConsumeStatus]"]
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+class PushConsumer(MQAdmin):
+    """A consumer group member that gets messages pushed to a listener; times in seconds.
+
+    ``consume_timestamp`` (ms) is where CONSUME_FROM_TIMESTAMP starts (default: half an hour before
+    the consumer was made). BROADCASTING members keep offsets in ``offset_store_dir``.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | Sequence[str] | None = None,
+        *,
+        client: ClientInstance | None = None,
+        reactor: Any = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate: AllocateStrategy = allocate_averagely,
+        pull_batch_size: int = 32,
+        consume_message_batch_max_size: int = 1,
+        consume_concurrency: int = 20,
+        pull_threshold_for_queue: int = 1000,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = 16,
+        reconsume_later_delay: float = 5.0,
+        await_termination: float = 30.0,
+        offset_store_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.group = group
+        self.client = resolve_client(namesrv_addr, client, reactor)
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp = consume_timestamp or int((time.time() - 30 * 60) * 1000)
+        self.allocate = allocate
+        self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.reconsume_later_delay = reconsume_later_delay
+        self.await_termination = await_termination
+        self.offset_store = make_offset_store(self.client, group, message_model, offset_store_dir)
+        self.rebalance = RebalancePushImpl(self)
+        self.listener: MessageListener | None = None
+        self.stopping = False
+        self._pull_api = PullAPIWrapper(self.client, group)
+        self._consume_slots = DeferredSemaphore(consume_concurrency)
+        self._consuming: set[Deferred[None]] = set()
+        self._timers: set[IDelayedCall] = set()
+
+    # -- configuration
+
+    def subscribe(self, topic: str, expression: str = SubscriptionData.SUB_ALL) -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` (``*`` or ``tagA || tagB``)."""
+        self.rebalance.subscription_inner[topic] = SubscriptionData.build(topic, expression)
+        if self.client.consumers.get(self.group) is self:
+            call_logged(self.client.send_heartbeat_to_all_brokers)
+
+    def unsubscribe(self, topic: str) -> None:
+        self.rebalance.subscription_inner.pop(topic, None)
+
+    def register_message_listener(self, listener: MessageListener) -> None:
+        """``listener(msgs)`` returns CONSUME_SUCCESS or RECONSUME_LATER (an exception counts as the latter)."""
+        self.listener = listener
+
+    def assigned_queues(self) -> set[MessageQueue]:
+        """The queues this member pulls right now."""
+        return set(self.rebalance.process_queue_table)
+
+    # -- lifecycle
+
+    def start(self) -> Deferred[None]:
+        """Join the group: routes, heartbeat, a first rebalance. Fires once the first allocation is in place."""
+        if self.listener is None:
+            raise MQClientError("messageListener is null")
+        if not self.rebalance.subscription_inner:
+            raise MQClientError("no subscription")
+        if self.message_model is MessageModel.CLUSTERING:
+            retry = retry_topic(self.group)
+            self.rebalance.subscription_inner[retry] = SubscriptionData.build(retry, SubscriptionData.SUB_ALL)
+        self.offset_store.load()
+        self.client.register_consumer(self)
+
+        async def start() -> None:
+            for topic in list(self.rebalance.subscription_inner):
+                await self.client.update_topic_route_from_namesrv(topic)
+            await self.client.send_heartbeat_to_all_brokers()
+            await self.rebalance.do_rebalance()
+
+        return Deferred.fromCoroutine(start())
+
+    def shutdown(self) -> Deferred[None]:
+        """Leave the group cleanly: stop pulling, let running listeners finish (up to ``await_termination``),
+        commit offsets, unregister."""
+        return Deferred.fromCoroutine(self._shutdown())
+
+    async def _shutdown(self) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        for timer in list(self._timers):
+            if timer.active():
+                timer.cancel()
+        self._timers.clear()
+        if self._consuming:
+            finished: Deferred[Any] = Deferred()
+            DeferredList(list(self._consuming)).addBoth(finished.callback)
+            finished.addTimeout(self.await_termination, self.client.reactor)
+            try:
+                await finished
+            except TimeoutError:
+                log.warn("{group}: listeners still running after {t}s", group=self.group, t=self.await_termination)
+        self.persist_consumer_offset()
+        await self.client.unregister_consumer(self.group)
+        self.rebalance.destroy()
+
+    # -- MQConsumerInner
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(
+            group_name=self.group,
+            consume_type=ConsumeType.CONSUME_PASSIVELY,
+            message_model=self.message_model,
+            consume_from_where=self.consume_from_where,
+            subscription_data_set=list(self.rebalance.subscription_inner.values()),
+        )
+
+    def update_topic_subscribe_info(self, topic: str, queues: set[MessageQueue]) -> None:
+        if topic in self.rebalance.subscription_inner:
+            self.rebalance.topic_subscribe_info[topic] = queues
+
+    def do_rebalance(self) -> Deferred[None] | None:
+        if self.stopping:
+            return None
+        return Deferred.fromCoroutine(self.rebalance.do_rebalance())
+
+    def persist_consumer_offset(self) -> None:
+        self.offset_store.persist_all(set(self.rebalance.process_queue_table))
+
+    # -- pulling
+
+    def _later(self, delay: float, fn: Callable[..., Any], *args: Any) -> None:
+        if self.stopping:
+            return
+
+        def fire() -> None:
+            self._timers.discard(timer)
+            call_logged(fn, *args)
+
+        timer = self.client.reactor.callLater(delay, fire)
+        self._timers.add(timer)
+
+    def execute_pull_request_immediately(self, pr: PullRequest) -> None:
+        self._later(0, self._pull_message, pr)
+
+    async def _pull_message(self, pr: PullRequest) -> None:
+        pq = pr.process_queue
+        if pq.dropped or self.stopping:
+            return
+        pq.last_pull_timestamp = self.client.now()
+        if pq.msg_count > self.pull_threshold_for_queue or pq.max_span() > self.consume_concurrently_max_span:
+            self._later(PULL_DELAY_WHEN_FLOW_CONTROL, self._pull_message, pr)
+            return
+        sub = self.rebalance.subscription_inner.get(pr.mq.topic)
+        if sub is None:
+            self._later(PULL_DELAY_WHEN_EXCEPTION, self._pull_message, pr)
+            return
+        commit_offset = 0
+        if self.message_model is MessageModel.CLUSTERING:
+            commit_offset = max(self.offset_store.read_offset(pr.mq), 0)
+        sys_flag = PullSysFlag.SUSPEND | (PullSysFlag.COMMIT_OFFSET if commit_offset > 0 else 0)
+        try:
+            result = await self._pull_api.pull_kernel(
+                pr.mq,
+                sub,
+                pr.next_offset,
+                self.pull_batch_size,
+                sys_flag,
+                commit_offset,
+                BROKER_SUSPEND_MAX_TIME,
+                CONSUMER_TIMEOUT_WHEN_SUSPEND,
+            )
+        except Exception as e:
+            if pq.dropped or self.stopping:
+                return
+            if not pr.mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                log.warn("pull of {mq} failed: {error}", mq=pr.mq, error=e)
+            if isinstance(e, MQBrokerError) and e.code in _HEARTBEAT_AGAIN_CODES:
+                call_logged(self.client.send_heartbeat_to_all_brokers)
+            self._later(PULL_DELAY_WHEN_EXCEPTION, self._pull_message, pr)
+            return
+        if pq.dropped or self.stopping:
+            return
+        pr.next_offset = result.next_begin_offset
+        if result.status is PullStatus.FOUND:
+            if result.messages:
+                pq.put_messages(result.messages)
+                self._submit_consume_request(result.messages, pq, pr.mq)
+        elif result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warn("the pull request offset illegal, {mq}, next {offset}", mq=pr.mq, offset=pr.next_offset)
+            pq.dropped = True
+            self._later(OFFSET_ILLEGAL_FIX_DELAY, self._fix_offset, pr)
+            return
+        elif pq.msg_count == 0:
+            # Nothing new or nothing matching: the offset may advance past skipped messages (correctTagsOffset).
+            self.offset_store.update_offset(pr.mq, pr.next_offset, True)
+        self.execute_pull_request_immediately(pr)
+
+    def _fix_offset(self, pr: PullRequest) -> None:
+        self.offset_store.update_offset(pr.mq, pr.next_offset, False)
+        self.offset_store.persist(pr.mq)
+        self.rebalance.remove_process_queue(pr.mq)
+
+    # -- consuming
+
+    def _submit_consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        size = self.consume_message_batch_max_size
+        for i in range(0, len(msgs), size):
+            self._consume(msgs[i : i + size], pq, mq)
+
+    def _consume(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        d = Deferred.fromCoroutine(self._consume_request(msgs, pq, mq))
+        self._consuming.add(d)
+        d.addErrback(lambda f: log.failure("consume request failed", f))
+        d.addBoth(lambda _: self._consuming.discard(d))
+
+    async def _consume_request(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        async with self._consume_slots:
+            if pq.dropped or self.stopping:
+                return
+            self._reset_retry_topic(msgs)
+            try:
+                status = await maybeDeferred(self.listener, msgs)  # type: ignore[arg-type]
+            except Exception:
+                log.failure("listener failed on {n} messages of {mq}", n=len(msgs), mq=mq)
+                status = ConsumeStatus.RECONSUME_LATER
+        await self._process_consume_result(status, msgs, pq, mq)
+
+    def _reset_retry_topic(self, msgs: list[MessageExt]) -> None:
+        # Messages back from %RETRY%<group> show their original topic.
+        retry = retry_topic(self.group)
+        for m in msgs:
+            original = m.properties.get(MessageConst.RETRY_TOPIC)
+            if original and m.topic == retry:
+                m.topic = original
+
+    async def _process_consume_result(
+        self, status: Any, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue
+    ) -> None:
+        done = msgs
+        if status is not ConsumeStatus.CONSUME_SUCCESS:
+            if self.message_model is MessageModel.BROADCASTING:
+                log.warn("BROADCASTING, {n} messages of {mq} dropped after RECONSUME_LATER", n=len(msgs), mq=mq)
+            else:
+                failed = [m for m in msgs if not await self._send_message_back(m, mq)]
+                if failed:
+                    done = [m for m in msgs if all(m is not f for f in failed)]
+                    for m in failed:
+                        m.reconsume_times += 1
+                    self._later(self.reconsume_later_delay, self._consume, failed, pq, mq)
+        offset = pq.remove_messages(done)
+        if offset >= 0 and not pq.dropped:
+            self.offset_store.update_offset(mq, offset, True)
+
+    async def _send_message_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
+        addr = self.client.find_broker_addr_in_publish(mq.broker_name)
+        if addr is None:
+            return False
+        try:
+            await self.client.api.consumer_send_message_back(
+                addr, mq.broker_name, msg, self.group, 0, self.max_reconsume_times
+            )
+        except Exception as e:
+            log.warn("send back of {msg_id} failed, consuming it again locally: {error}", msg_id=msg.msg_id, error=e)
+            return False
+        return True
