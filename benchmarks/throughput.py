@@ -411,8 +411,8 @@ class CpuMeter:
 
     def __init__(self, broker_pid: int | None) -> None:
         self.broker_pid = broker_pid
-        self.broker = None
-        self.machine = None
+        self.broker: float | None = None
+        self.machine: float | None = None
 
     def start(self) -> None:
         """Take the first sample."""
@@ -586,12 +586,11 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     rows.append(f"baseline: {baseline['source']}")
     errors = ", ".join(f"{k}: {v}" for k, v in s["errors"].items()) or "none"
     rows.append(f"send errors: {errors}")
-    gen = " + ".join(f"{c * 100:.0f}%" for c in s["generator_cpu"])
-    cpu = f"cpu (send): generator {gen} of a core, broker {_pct(s['broker_cpu'])}, machine {_pct(s['machine_cpu'])}"
+    if results.get("busy_before", 0) > 0.15:
+        rows.append(f"WARNING: the machine was {results['busy_before'] * 100:.0f}% busy before the run")
+    rows.append("cpu send:  " + _cpu_line("generator", s["generator_cpu"], s["broker_cpu"], s["machine_cpu"]))
     if d is not None:
-        cpu += f"; (drain): consumer {_pct(d['consumer_cpu'])}, broker {_pct(d['broker_cpu'])}"
-        cpu += f", machine {_pct(d['machine_cpu'])}"
-    rows.append(cpu)
+        rows.append("cpu drain: " + _cpu_line("consumer", [d["consumer_cpu"]], d["broker_cpu"], d["machine_cpu"]))
     if d is not None:
         rows.append(f"verify: {d['verify']}")
     for r in (s, d):
@@ -600,8 +599,16 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v * 100:.0f}%"
+def _cpu_line(client: str, client_cores: list[float], broker: float | None, machine: float | None) -> str:
+    """Client and broker CPU in % of one core, the machine's busy cores, and what the rest of it used."""
+    ncpu = os.cpu_count() or 1
+    line = f"{client} {' + '.join(f'{c * 100:.0f}%' for c in client_cores)}, broker "
+    line += "n/a" if broker is None else f"{broker * 100:.0f}%"
+    if machine is not None:
+        line += f", machine {machine * ncpu:.2f} of {ncpu} cores busy"
+        if broker is not None:
+            line += f" (other processes and kernel {max(0.0, machine * ncpu - broker - sum(client_cores)):.2f})"
+    return line
 
 
 def load_baseline(args: argparse.Namespace) -> dict[str, Any]:
@@ -682,6 +689,10 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
         duration=args.duration, messages=args.messages, timeout=args.timeout,
     )
     profiler = Profiler(broker_pid, args.profile)
+    idle = CpuMeter(None)
+    idle.start()
+    time.sleep(1.0)
+    idle.stop()
     print(
         f"{target}: topic {args.topic}, {len(queues)} queues, {args.size} B bodies, {args.connections} connections"
         f" x {args.window} in flight, {args.procs} generator process(es), up to {args.duration:g} s or"
@@ -693,6 +704,7 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "machine": f"{platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}",
         "target": target,
+        "busy_before": idle.machine,
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "send": send,
         "drain": None,
@@ -733,25 +745,34 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
     return results
 
 
+def _log_excerpt(lines: list[str], limit: int = 40) -> str:
+    """The server log from its first error on (or its tail)."""
+    marks = ("Traceback", "Unhandled Error", "#error]", "#critical]")
+    first = next((i for i, line in enumerate(lines) if any(m in line for m in marks)), max(0, len(lines) - limit))
+    return "".join(lines[first : first + limit])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; 0 when both phases ran without errors and the drain matched the sends."""
     args = parse_args(argv)
     baseline = load_baseline(args)
+    servers = None
     try:
-        if args.namesrv:
-            results = benchmark(args, args.namesrv, args.broker_pid, f"namesrv {args.namesrv}")
-        else:
-            extra = dict(kv.split("=", 1) for kv in args.broker_set)
-            extra["flushDiskType"] = args.flush
-            with tempfile.TemporaryDirectory(prefix="rmq-bench-") as tmp:
+        with contextlib.ExitStack() as stack:
+            if args.namesrv:
+                results = benchmark(args, args.namesrv, args.broker_pid, f"namesrv {args.namesrv}")
+            else:
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-bench-"))
+                extra = dict(kv.split("=", 1) for kv in args.broker_set)
+                extra["flushDiskType"] = args.flush
                 servers = GatewayServers(Path(tmp), extra_config=extra).start()
-                try:
-                    target = f"rocketmq-gateway {args.flush} (started, pid {servers.proc.pid})"
-                    results = benchmark(args, servers.namesrv_addr, servers.proc.pid, target)
-                finally:
-                    servers.stop()
+                stack.callback(servers.stop)
+                pid = servers.proc.pid
+                results = benchmark(args, servers.namesrv_addr, pid, f"rocketmq-gateway {args.flush} (pid {pid})")
     except SetupError as e:
         print(f"benchmark failed: {e}", file=sys.stderr)
+        if servers is not None:
+            print("server log:\n" + _log_excerpt(servers.output), file=sys.stderr)
         return 2
     print(render(results, baseline))
     if args.save:

@@ -75,6 +75,7 @@ def _received(msg: Any) -> dict[str, Any]:
         "queue_id": msg.queue_id,
         "queue_offset": msg.queue_offset,
         "reconsume_times": msg.reconsume_times,
+        "store_size": msg.store_size,
     }
 
 
@@ -117,6 +118,7 @@ def produce(args: argparse.Namespace) -> int:
         if result.status != client.SendStatus.OK:
             raise RuntimeError(f"status {result.status!r}")
         sent.update(batch)
+        _emit(lock, event="batch", first=batch[0], n=len(batch), msg_id=result.msg_id, offset=result.offset)
         for i in batch:
             _emit(lock, event="sent", i=i, msg_id=result.msg_id, offset=result.offset)
 

@@ -1,8 +1,8 @@
-"""A RocketMQ 4.9-compatible client: Twisted-native producers and consumers (see :mod:`.blocking` for plain
-threads).
+"""A Python client speaking RocketMQ 4.9.8's remoting protocol, Twisted-native (see :mod:`.blocking` for plain
+threaded code).
 
-    client-side names follow RocketMQ's: Producer (DefaultMQProducer), PullConsumer (DefaultMQPullConsumer),
-    PushConsumer (DefaultMQPushConsumer), ClientInstance (MQClientInstance), Admin (a small MQAdminExt).
+Names follow RocketMQ's: Producer (DefaultMQProducer), PullConsumer (DefaultMQPullConsumer), PushConsumer
+(DefaultMQPushConsumer), ClientInstance (MQClientInstance); Admin creates topics and reads routes.
 """
 
 from gateway.remoting.bodies import ConsumeFromWhere, MessageModel, MessageQueue

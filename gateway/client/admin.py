@@ -57,7 +57,7 @@ class MQAdmin:
 
 
 class Admin(MQAdmin):
-    """Routes and topic creation, for tools and tests. ``close()`` when done."""
+    """Routes and topic creation, for tools and tests. ``shutdown()`` when done."""
 
     def __init__(
         self,
@@ -119,6 +119,6 @@ class Admin(MQAdmin):
         route = await self.get_route(topic)
         return [bd.broker_addrs[MASTER_ID] for bd in route.broker_datas if MASTER_ID in bd.broker_addrs]
 
-    def close(self) -> Deferred[Any]:
+    def shutdown(self) -> Deferred[Any]:
         """Close the connections of the client instance this helper made (a shared one is left alone)."""
         return self.client.shutdown() if self._owns_client else succeed(None)

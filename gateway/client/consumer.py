@@ -46,7 +46,9 @@ class PullResult:
     messages: list[MessageExt]
 
 
-def make_offset_store(client: ClientInstance, group: str, model: MessageModel, directory: str | None) -> OffsetStore:
+def make_offset_store(
+    client: ClientInstance, group: str, model: MessageModel, directory: str | os.PathLike[str] | None
+) -> OffsetStore:
     """Broker-kept offsets for CLUSTERING, a local file for BROADCASTING (default dir ~/.rocketmq_offsets)."""
     if model is MessageModel.BROADCASTING:
         return LocalFileOffsetStore(directory or Path.home() / ".rocketmq_offsets", client.client_id, group)
@@ -142,8 +144,12 @@ class PullConsumer(MQAdmin):
 
     def shutdown(self) -> Deferred[None]:
         """Persist offsets, unregister the group."""
-        self.persist_consumer_offset()
-        return Deferred.fromCoroutine(self.client.unregister_consumer(self.group))
+
+        async def shutdown() -> None:
+            await self.persist_consumer_offset()
+            await self.client.unregister_consumer(self.group)
+
+        return Deferred.fromCoroutine(shutdown())
 
     # -- MQConsumerInner
 
@@ -162,9 +168,9 @@ class PullConsumer(MQAdmin):
     def do_rebalance(self) -> None:
         pass  # likewise
 
-    def persist_consumer_offset(self) -> None:
-        """Persist every offset set so far."""
-        self.offset_store.persist_all(set(self.offset_store.offset_table))
+    def persist_consumer_offset(self) -> Deferred[Any]:
+        """Persist every offset set so far; fires once the updates are written."""
+        return self.offset_store.persist_all(set(self.offset_store.offset_table))
 
     # -- pulling and offsets
 

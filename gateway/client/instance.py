@@ -58,7 +58,7 @@ class MQConsumerInner(Protocol):
 
     def do_rebalance(self) -> Deferred[None] | None: ...
 
-    def persist_consumer_offset(self) -> None: ...
+    def persist_consumer_offset(self) -> Deferred[Any]: ...
 
 
 def split_namesrv_addr(namesrv_addr: str | Sequence[str]) -> list[str]:
@@ -221,20 +221,14 @@ class ClientInstance:
 
     def find_broker_addr_in_subscribe(self, broker_name: str) -> str | None:
         """The master's address, else any slave's."""
-        addrs = self.broker_addrs.get(broker_name)
-        if not addrs:
-            return None
-        return addrs.get(MASTER_ID) or addrs[min(addrs)]
+        return _master_first(self.broker_addrs.get(broker_name))
 
     def find_broker_addr_by_topic(self, topic: str) -> str | None:
         """A random broker of the topic, its master preferred."""
         route = self.topic_routes.get(topic)
         if route is None or not route.broker_datas:
             return None
-        addrs = random.choice(route.broker_datas).broker_addrs
-        if not addrs:
-            return None
-        return addrs.get(MASTER_ID) or addrs[min(addrs)]
+        return _master_first(random.choice(route.broker_datas).broker_addrs)
 
     async def find_broker_addr(self, mq: MessageQueue) -> str:
         """The address serving ``mq`` (master preferred), fetching the route once if unknown."""
@@ -288,14 +282,20 @@ class ClientInstance:
         """Rebalance every consumer now."""
         return DeferredList([call_logged(c.do_rebalance) for c in list(self.consumers.values())])
 
-    def persist_all_consumer_offsets(self) -> None:
-        for c in list(self.consumers.values()):
-            c.persist_consumer_offset()
+    def persist_all_consumer_offsets(self) -> Deferred[Any]:
+        return DeferredList([c.persist_consumer_offset() for c in list(self.consumers.values())])
 
     def _consumer_ids_changed(self, channel: Any, request: RemotingCommand) -> None:
         group = ConsumerGroupRequestHeader.decode(request.ext_fields).consumer_group
         log.info("consumer ids of {group} changed, rebalancing", group=group)
         self.rebalance_immediately()
+
+
+def _master_first(addrs: dict[int, str] | None) -> str | None:
+    """The master's address, else the lowest-numbered slave's."""
+    if not addrs:
+        return None
+    return addrs.get(MASTER_ID) or addrs[min(addrs)]
 
 
 def call_logged(fn: Callable[..., Any], *args: Any) -> Deferred[Any]:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from twisted.internet.defer import Deferred, DeferredList, succeed
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
@@ -40,10 +41,10 @@ class OffsetStore(Protocol):
     async def read_offset_from_store(self, mq: MessageQueue) -> int:
         """The persisted offset (cached in memory), OFFSET_NOT_FOUND, or OFFSET_UNAVAILABLE on errors."""
 
-    def persist_all(self, mqs: set[MessageQueue]) -> None:
-        """Persist the offsets of ``mqs``; forget the others."""
+    def persist_all(self, mqs: set[MessageQueue]) -> Deferred[Any]:
+        """Persist the offsets of ``mqs``; forget the others. Fires once written (oneway: not acknowledged)."""
 
-    def persist(self, mq: MessageQueue) -> None: ...
+    def persist(self, mq: MessageQueue) -> Deferred[None]: ...
 
     def remove_offset(self, mq: MessageQueue) -> None: ...
 
@@ -90,25 +91,30 @@ class RemoteBrokerOffsetStore(_MemoryTable):
         self.update_offset(mq, offset, False)
         return offset
 
-    def persist_all(self, mqs: set[MessageQueue]) -> None:
+    def persist_all(self, mqs: set[MessageQueue]) -> Deferred[Any]:
+        calls = []
         for mq in list(self.offset_table):
             if mq in mqs:
-                self.persist(mq)
+                calls.append(self.persist(mq))
             else:
                 del self.offset_table[mq]
+        return DeferredList(calls)
 
-    def persist(self, mq: MessageQueue) -> None:
+    def persist(self, mq: MessageQueue) -> Deferred[None]:
         offset = self.offset_table.get(mq)
         if offset is None:
-            return
-        # Oneway and without a route lookup, so the 5 s task never waits; a later round catches up.
-        addr = self.client.find_broker_addr_in_subscribe(mq.broker_name)
-        if addr is None:
-            log.warn("no broker for {mq}, offset {offset} not persisted", mq=mq, offset=offset)
-            return
+            return succeed(None)
+        d = Deferred.fromCoroutine(self._update_consume_offset_to_broker(mq, offset))
+        d.addErrback(
+            lambda f: log.warn("offset {offset} of {mq} not persisted: {error}", offset=offset, mq=mq, error=f.value)
+        )
+        return d
+
+    async def _update_consume_offset_to_broker(self, mq: MessageQueue, offset: int) -> None:
+        # With the broker known this writes at once, so an UNREGISTER_CLIENT sent next arrives after it.
+        addr = await self.client.find_broker_addr(mq)
         header = UpdateConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id, offset)
-        d = self.client.api.update_consumer_offset_oneway(addr, header)
-        d.addErrback(lambda f: log.warn("offset of {mq} not persisted: {error}", mq=mq, error=f.value))
+        await self.client.api.update_consumer_offset_oneway(addr, header)
 
 
 class LocalFileOffsetStore(_MemoryTable):
@@ -141,17 +147,18 @@ class LocalFileOffsetStore(_MemoryTable):
         self.update_offset(mq, offset, False)
         return offset
 
-    def persist_all(self, mqs: set[MessageQueue]) -> None:
+    def persist_all(self, mqs: set[MessageQueue]) -> Deferred[Any]:
         table = {mq: off for mq, off in self.offset_table.items() if mq in mqs}
         if not table:
-            return
+            return succeed(None)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_bytes(fastjson.dumps({"offsetTable": table}))
         if self.path.exists():
             os.replace(self.path, self.path.with_name(self.path.name + ".bak"))
         os.replace(tmp, self.path)
+        return succeed(None)
 
-    def persist(self, mq: MessageQueue) -> None:
+    def persist(self, mq: MessageQueue) -> Deferred[None]:
         # Java persists a local store only in bulk.
-        pass
+        return succeed(None)

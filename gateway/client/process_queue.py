@@ -17,7 +17,6 @@ class ProcessQueue:
     msg_size: int = 0
     queue_offset_max: int = 0
     dropped: bool = False
-    last_pull_timestamp: float = 0.0
 
     @property
     def msg_count(self) -> int:

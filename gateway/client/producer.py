@@ -198,9 +198,10 @@ class Producer:
         arg: Any = None,
         timeout: float | None = None,
     ) -> Deferred[SendResult]:
-        """Send and wait for the broker: to ``queue``, to ``selector(queues, msg, arg)``, or round-robin with retries."""
+        """Send and wait for the broker: to ``queue``, to ``selector(queues, msg, arg)``'s choice, or round-robin
+        with retries on other brokers."""
         choose = _chooser(msg, selector, arg)
-        return Deferred.fromCoroutine(self._send(self._prepare(msg), queue, choose, timeout, oneway=False))
+        return Deferred.fromCoroutine(self._send(lambda: self._prepare(msg), queue, choose, timeout, oneway=False))
 
     def send_async(
         self,
@@ -215,18 +216,22 @@ class Producer:
         d.addErrback(lambda f: on_exception(f.value) if on_exception else log.failure("async send failed", f))
 
     def send_oneway(
-        self, msg: Message, *, queue: MessageQueue | None = None, selector: MessageQueueSelector | None = None,
+        self,
+        msg: Message,
+        *,
+        queue: MessageQueue | None = None,
+        selector: MessageQueueSelector | None = None,
         arg: Any = None,
     ) -> Deferred[None]:
         """Send without waiting for the broker; one attempt. Fires once the request is written."""
         choose = _chooser(msg, selector, arg)
-        return Deferred.fromCoroutine(self._send(self._prepare(msg), queue, choose, None, oneway=True))
+        return Deferred.fromCoroutine(self._send(lambda: self._prepare(msg), queue, choose, None, oneway=True))
 
     def send_batch(
         self, msgs: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> Deferred[SendResult]:
         """SEND_BATCH_MESSAGE: messages of one topic stored together; each gets its own UNIQ_KEY."""
-        return Deferred.fromCoroutine(self._send(self._prepare_batch(msgs), queue, None, timeout, oneway=False))
+        return Deferred.fromCoroutine(self._send(lambda: self._prepare_batch(msgs), queue, None, timeout, oneway=False))
 
     def fetch_publish_message_queues(self, topic: str) -> Deferred[list[MessageQueue]]:
         """The topic's writable queues."""
@@ -300,12 +305,14 @@ class Producer:
 
     async def _send(
         self,
-        out: _Outgoing,
+        prepare: Callable[[], _Outgoing],
         queue: MessageQueue | None,
         choose: Callable[[list[MessageQueue]], MessageQueue] | None,
         timeout: float | None,
         oneway: bool,
     ) -> Any:
+        # Prepared in here so that an invalid message fails the Deferred (and reaches on_exception).
+        out = prepare()
         timeout = self.send_timeout if timeout is None else timeout
         begin = self.client.now()
         info = await self._find_publish_info(out.topic)

@@ -71,7 +71,9 @@ class PushConsumer(MQAdmin):
     """A consumer group member that gets messages pushed to a listener; times in seconds.
 
     ``consume_timestamp`` (ms) is where CONSUME_FROM_TIMESTAMP starts (default: half an hour before
-    the consumer was made). BROADCASTING members keep offsets in ``offset_store_dir``.
+    the consumer was made). Pulling a queue pauses while it holds more than ``pull_threshold_for_queue``
+    messages, ``pull_threshold_size_for_queue`` MiB, or a span of ``consume_concurrently_max_span``
+    offsets. BROADCASTING members keep offsets in ``offset_store_dir``.
     """
 
     def __init__(
@@ -89,6 +91,7 @@ class PushConsumer(MQAdmin):
         consume_message_batch_max_size: int = 1,
         consume_concurrency: int = 20,
         pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100,
         consume_concurrently_max_span: int = 2000,
         max_reconsume_times: int = 16,
         reconsume_later_delay: float = 5.0,
@@ -104,6 +107,7 @@ class PushConsumer(MQAdmin):
         self.pull_batch_size = pull_batch_size
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.consume_concurrently_max_span = consume_concurrently_max_span
         self.max_reconsume_times = max_reconsume_times
         self.reconsume_later_delay = reconsume_later_delay
@@ -179,7 +183,7 @@ class PushConsumer(MQAdmin):
                 await finished
             except TimeoutError:
                 log.warn("{group}: listeners still running after {t}s", group=self.group, t=self.await_termination)
-        self.persist_consumer_offset()
+        await self.persist_consumer_offset()
         await self.client.unregister_consumer(self.group)
         self.rebalance.destroy()
 
@@ -203,8 +207,8 @@ class PushConsumer(MQAdmin):
             return None
         return Deferred.fromCoroutine(self.rebalance.do_rebalance())
 
-    def persist_consumer_offset(self) -> None:
-        self.offset_store.persist_all(set(self.rebalance.process_queue_table))
+    def persist_consumer_offset(self) -> Deferred[Any]:
+        return self.offset_store.persist_all(set(self.rebalance.process_queue_table))
 
     # -- pulling
 
@@ -226,8 +230,12 @@ class PushConsumer(MQAdmin):
         pq = pr.process_queue
         if pq.dropped or self.stopping:
             return
-        pq.last_pull_timestamp = self.client.now()
-        if pq.msg_count > self.pull_threshold_for_queue or pq.max_span() > self.consume_concurrently_max_span:
+        if (
+            pq.msg_count > self.pull_threshold_for_queue
+            or pq.msg_size > self.pull_threshold_size_for_queue * 1024 * 1024
+            or pq.max_span() > self.consume_concurrently_max_span
+        ):
+            # Flow control: the listener is behind; pull again shortly.
             self._later(PULL_DELAY_WHEN_FLOW_CONTROL, self._pull_message, pr)
             return
         sub = self.rebalance.subscription_inner.get(pr.mq.topic)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting.bodies import ConsumeFromWhere, MessageModel, MessageQueue, SubscriptionData
@@ -55,30 +56,38 @@ class RebalancePushImpl:
         self.subscription_inner: dict[str, SubscriptionData] = {}
         self.topic_subscribe_info: dict[str, set[MessageQueue]] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
-        self._busy = False
         self._again = False
+        # Callers waiting for the running round; None when no round runs.
+        self._waiters: list[Deferred[None]] | None = None
 
     async def do_rebalance(self) -> None:
-        """Rebalance every subscribed topic; a request arriving meanwhile makes one more round."""
-        if self._busy:
-            self._again = True
+        """Rebalance every subscribed topic. A request arriving meanwhile makes one more round, and returns
+        when that round is done."""
+        self._again = True
+        if self._waiters is not None:
+            waiter: Deferred[None] = Deferred()
+            self._waiters.append(waiter)
+            await waiter
             return
-        self._busy = True
+        self._waiters = []
         try:
-            self._again = True
             while self._again and not self.consumer.stopping:
                 self._again = False
                 for topic in list(self.subscription_inner):
                     await self._rebalance_by_topic(topic)
                 self._truncate_message_queue_not_my_topic()
         finally:
-            self._busy = False
+            waiters, self._waiters = self._waiters, None
+            for w in waiters:
+                w.callback(None)
 
     async def _rebalance_by_topic(self, topic: str) -> None:
         mq_set = self.topic_subscribe_info.get(topic)
         if not mq_set:
             if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                log.warn("doRebalance, {group}, but the topic[{topic}] not exist.", group=self.consumer.group, topic=topic)
+                log.warn(
+                    "doRebalance, {group}, but the topic[{topic}] not exist.", group=self.consumer.group, topic=topic
+                )
             return
         if self.consumer.message_model is MessageModel.BROADCASTING:
             await self._update_process_queue_table(topic, mq_set)
@@ -86,7 +95,9 @@ class RebalancePushImpl:
         client = self.consumer.client
         cid_all = await client.find_consumer_id_list(topic, self.consumer.group)
         if not cid_all:
-            log.warn("doRebalance, {group} {topic}, get consumer id list failed", group=self.consumer.group, topic=topic)
+            log.warn(
+                "doRebalance, {group} {topic}, get consumer id list failed", group=self.consumer.group, topic=topic
+            )
             return
         mine = self.consumer.allocate(client.client_id, sorted(mq_set), sorted(cid_all))
         await self._update_process_queue_table(topic, set(mine))
@@ -99,16 +110,24 @@ class RebalancePushImpl:
             try:
                 next_offset = await self.compute_pull_from_where(mq)
             except Exception as e:
-                log.warn("doRebalance, {group}, compute offset of {mq} failed: {error}", group=self.consumer.group, mq=mq,
-                         error=e)
+                log.warn(
+                    "doRebalance, {group}, compute offset of {mq} failed: {error}",
+                    group=self.consumer.group,
+                    mq=mq,
+                    error=e,
+                )
                 continue
             # The table may have changed, or the consumer stopped, while we waited for the broker.
             if next_offset < 0 or mq in self.process_queue_table or self.consumer.stopping:
                 continue
             pq = ProcessQueue()
             self.process_queue_table[mq] = pq
-            log.info("doRebalance, {group}, add a new mq, {mq} from offset {offset}", group=self.consumer.group, mq=mq,
-                     offset=next_offset)
+            log.info(
+                "doRebalance, {group}, add a new mq, {mq} from offset {offset}",
+                group=self.consumer.group,
+                mq=mq,
+                offset=next_offset,
+            )
             self.consumer.execute_pull_request_immediately(PullRequest(mq, pq, next_offset))
 
     def _truncate_message_queue_not_my_topic(self) -> None:
@@ -150,4 +169,3 @@ class RebalancePushImpl:
         for pq in self.process_queue_table.values():
             pq.dropped = True
         self.process_queue_table.clear()
-

@@ -126,6 +126,7 @@ class DefaultRequestProcessor:
     # -- KV config
 
     def put_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """PUT_KV_CONFIG: set a value (persisted at once)."""
         header = KVConfigRequestHeader.decode(request.ext_fields)
         if header.value is None:
             # PutKVConfigRequestHeader declares value @CFNotNull.
@@ -134,6 +135,7 @@ class DefaultRequestProcessor:
         return request.response()
 
     def get_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_KV_CONFIG: header ``value``, or QUERY_NOT_FOUND."""
         header = KVConfigRequestHeader.decode(request.ext_fields)
         value = self.kv.get_kv_config(header.namespace, header.key)
         if value is None:
@@ -145,11 +147,13 @@ class DefaultRequestProcessor:
         return request.response(ext_fields=GetKVConfigResponseHeader(value).encode())
 
     def delete_kv_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_KV_CONFIG."""
         header = KVConfigRequestHeader.decode(request.ext_fields)
         self.kv.delete_kv_config(header.namespace, header.key)
         return request.response()
 
     def get_kv_list_by_namespace(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_KVLIST_BY_NAMESPACE: a KVTable, or QUERY_NOT_FOUND for an unknown namespace."""
         header = GetKVListByNamespaceRequestHeader.decode(request.ext_fields)
         table = self.kv.get_kv_list_by_namespace(header.namespace)
         if table is None:
@@ -159,6 +163,7 @@ class DefaultRequestProcessor:
     # -- brokers
 
     def register_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """REGISTER_BROKER: reply masterAddr/haServerAddr (slaves) and the ORDER_TOPIC_CONFIG KVTable."""
         header = RegisterBrokerRequestHeader.decode(request.ext_fields)
         if header.body_crc32 != 0 and body_crc(request.body) != header.body_crc32:
             log.warn("receive registerBroker request, crc32 not match, from {peer}", peer=channel.peer)
@@ -187,6 +192,7 @@ class DefaultRequestProcessor:
         )
 
     def unregister_broker(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """UNREGISTER_BROKER."""
         header = UnRegisterBrokerRequestHeader.decode(request.ext_fields)
         self.routes.unregister_broker(header.cluster_name, header.broker_addr, header.broker_name, header.broker_id)
         return request.response()
@@ -208,6 +214,7 @@ class DefaultRequestProcessor:
     # -- routes and admin
 
     def get_route_info_by_topic(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_ROUTEINFO_BY_TOPIC: the TopicRouteData, or TOPIC_NOT_EXIST."""
         header = GetRouteInfoRequestHeader.decode(request.ext_fields)
         route = self.routes.pick_up_topic_route_data(header.topic)
         if route is None:
@@ -217,14 +224,16 @@ class DefaultRequestProcessor:
             )
         if self.config.orderMessageEnable:
             route.order_topic_conf = self.kv.get_kv_config(NAMESPACE_ORDER_TOPIC_CONFIG, header.topic)
-        # Clients from 4.9.4 on parse only standard JSON; older ones (C++ sends 63) only fastjson's form.
+        # Legal JSON from 4.9.4 on or on request; older clients (C++ sends 63) may read only fastjson's {0:...}.
         standard = request.version >= VERSION_4_9_4 or header.accept_standard_json_only
         return request.response(body=fastjson.dumps_standard(route) if standard else fastjson.dumps(route))
 
     def get_broker_cluster_info(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CLUSTER_INFO: the ClusterInfo."""
         return request.response(body=fastjson.dumps(self.routes.get_all_cluster_info()))
 
     def wipe_write_perm_of_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """WIPE_WRITE_PERM_OF_BROKER: header ``wipeTopicCount``."""
         header = BrokerNameRequestHeader.decode(request.ext_fields)
         count = self.routes.wipe_write_perm_of_broker(header.broker_name)
         log.info(
@@ -236,6 +245,7 @@ class DefaultRequestProcessor:
         return request.response(ext_fields=WipeWritePermOfBrokerResponseHeader(count).encode())
 
     def add_write_perm_of_broker(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """ADD_WRITE_PERM_OF_BROKER: header ``addTopicCount``."""
         header = BrokerNameRequestHeader.decode(request.ext_fields)
         count = self.routes.add_write_perm_of_broker(header.broker_name)
         log.info(
@@ -247,11 +257,13 @@ class DefaultRequestProcessor:
         return request.response(ext_fields=AddWritePermOfBrokerResponseHeader(count).encode())
 
     def delete_topic_in_namesrv(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_TOPIC_IN_NAMESRV, optionally limited to ``clusterName``."""
         header = DeleteTopicFromNamesrvRequestHeader.decode(request.ext_fields)
         self.routes.delete_topic(header.topic, header.cluster_name)
         return request.response()
 
     def get_topics_by_cluster(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_TOPICS_BY_CLUSTER: a TopicList."""
         header = GetTopicsByClusterRequestHeader.decode(request.ext_fields)
         return request.response(body=fastjson.dumps(self.routes.get_topics_by_cluster(header.cluster)))
 
@@ -267,6 +279,7 @@ class DefaultRequestProcessor:
     # -- name server settings
 
     def update_config(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """UPDATE_NAMESRV_CONFIG: properties text; black-listed keys get NO_PERMISSION."""
         log.info("updateConfig called by {peer}", peer=channel.peer)
         if request.body:
             try:
@@ -282,4 +295,5 @@ class DefaultRequestProcessor:
         return request.response()
 
     def get_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG: every setting as properties text."""
         return request.response(body=format_properties(self.config.to_properties()).encode())

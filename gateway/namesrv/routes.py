@@ -216,14 +216,15 @@ class RouteInfoManager:
         return [live for _addr, live in expired]
 
     def on_channel_destroy(self, remote_addr: str, channel: Any) -> None:
-        """A connection closed: if a broker registered through it, remove that broker now.
+        """A connection closed: remove at once every broker that registered through it.
 
-        Without a match the peer's ``remote_addr`` is tried as a broker address, as Java does.
+        With none, the peer's ``remote_addr`` is tried as a broker address, as Java does.
         """
-        found = next((addr for addr, live in self.broker_live_table.items() if live.channel is channel), None)
-        if found is not None:
-            log.info("the broker's channel destroyed, {addr}, clean its data at once", addr=found)
-        self._remove_broker_addr(found or remote_addr)
+        found = [addr for addr, live in self.broker_live_table.items() if live.channel is channel]
+        for addr in found:
+            log.info("the broker's channel destroyed, {addr}, clean its data at once", addr=addr)
+        for addr in found or [remote_addr]:
+            self._remove_broker_addr(addr)
 
     def _remove_broker_addr(self, broker_addr: str) -> None:
         self.broker_live_table.pop(broker_addr, None)

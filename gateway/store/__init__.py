@@ -1,0 +1,33 @@
+"""RocketMQ-compatible message store: commitlog, consume queues, checkpoint, recovery and flushing.
+
+The on-disk layout is RocketMQ's own (see shared/rocketmq-wire.md §6), so a store directory written by
+Java can be read here and the other way round.  ``flush`` (Twisted) is imported separately.
+"""
+
+from .api import (
+    AppendMessageResult,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageExtBrokerInner,
+    MessageStore,
+    PutMessageResult,
+    PutMessageStatus,
+    RecoveryReport,
+)
+from .config import StoreConfig
+from .mapped_file import StoreLoadError
+from .message_store import DefaultMessageStore
+
+__all__ = [
+    "AppendMessageResult",
+    "DefaultMessageStore",
+    "GetMessageResult",
+    "GetMessageStatus",
+    "MessageExtBrokerInner",
+    "MessageStore",
+    "PutMessageResult",
+    "PutMessageStatus",
+    "RecoveryReport",
+    "StoreConfig",
+    "StoreLoadError",
+]

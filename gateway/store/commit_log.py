@@ -1,0 +1,426 @@
+"""The commitlog: every message of every topic, appended in RocketMQ's v1 record layout (CommitLog)."""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.remoting.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MessageSysFlag,
+    create_offset_message_id,
+    encode_record,
+    record_size,
+)
+
+from .api import AppendMessageResult, MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+from .config import StoreConfig
+from .mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+# A segment always keeps room for the 8-byte blank (TOTALSIZE + BLANK_MAGIC_CODE) that pads its end.
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+MAX_TOPIC_LENGTH = 127  # v1 records store the topic length in a signed byte
+MAX_PROPERTIES_LENGTH = 32767  # Short.MAX_VALUE
+MIN_RECORD_SIZE = record_size(0, 0, 0)
+
+_TRAN_MASK = 0xC
+_HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+_NOT_DISPATCHED = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
+
+_II = struct.Struct(">ii")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_H = struct.Struct(">h")
+# totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
+_PREFIX = struct.Struct(">iiiiiqqiq")
+_SYSFLAG_POS = 36
+_BORN_HOST_POS = _PREFIX.size
+
+# (topic, queue_id, commit_log_offset, msg_size, tags_code, consume_queue_offset, store_timestamp)
+Dispatcher = Callable[[str, int, int, int, int, int, int], None]
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds, what Java's System.currentTimeMillis gives."""
+    return time.time_ns() // 1_000_000
+
+
+def is_dispatched(sys_flag: int) -> bool:
+    """Prepared and rollback transaction records never enter a consume queue."""
+    return sys_flag & _TRAN_MASK not in _NOT_DISPATCHED
+
+
+class CorruptRecordError(ValueError):
+    """The bytes at a position are not a valid record (recovery stops there)."""
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What recovery learns from a valid record (``DispatchRequest``)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    store_timestamp: int
+    consume_queue_offset: int
+    sys_flag: int
+    properties: str
+
+
+def check_message_and_return_size(
+    view: memoryview, pos: int, file_from_offset: int, check_crc: bool
+) -> DispatchRequest | None:
+    """Validate the record at ``pos`` of a segment; None for the end-of-segment blank.
+
+    Raises CorruptRecordError for anything else that is not a whole, consistent record.  Besides Java's
+    checks (magic, CRC, computed length) the stored physical offset must equal the record's position.
+    """
+    limit = len(view)
+    if pos + END_FILE_MIN_BLANK_LENGTH > limit:
+        raise CorruptRecordError(f"no room for a record at {file_from_offset + pos}")
+    total, magic = _II.unpack_from(view, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return None
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at {file_from_offset + pos}")
+    end = pos + total
+    if total < MIN_RECORD_SIZE or end > limit:
+        raise CorruptRecordError(f"bad record size {total} at {file_from_offset + pos}")
+    _, _, crc, queue_id, _, queue_offset, phy, sys_flag, _ = _PREFIX.unpack_from(view, pos)
+    if phy != file_from_offset + pos:
+        raise CorruptRecordError(f"record at {file_from_offset + pos} says it is at {phy}")
+    p = pos + _BORN_HOST_POS + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8)
+    (store_timestamp,) = _Q.unpack_from(view, p)
+    p += 8 + (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + 4 + 8
+    (body_len,) = _I.unpack_from(view, p)
+    p += 4
+    body_at = p
+    p += body_len
+    if body_len < 0 or p + 3 > end:
+        raise CorruptRecordError(f"bad body length {body_len} at {file_from_offset + pos}")
+    topic_len = view[p]
+    p += 1
+    topic_at = p
+    p += topic_len
+    if p + 2 > end:
+        raise CorruptRecordError(f"bad topic length {topic_len} at {file_from_offset + pos}")
+    (props_len,) = _H.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        raise CorruptRecordError(f"record size {total} does not match its fields at {file_from_offset + pos}")
+    if check_crc and zlib.crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
+        raise CorruptRecordError(f"body CRC mismatch at {file_from_offset + pos}")
+    return DispatchRequest(
+        topic=str(view[topic_at : topic_at + topic_len], "utf-8", "replace"),
+        queue_id=queue_id,
+        commit_log_offset=phy,
+        msg_size=total,
+        store_timestamp=store_timestamp,
+        consume_queue_offset=queue_offset,
+        sys_flag=sys_flag,
+        properties=str(view[p:end], "utf-8", "replace"),
+    )
+
+
+class CommitLog:
+    """Appends records, serves slices of them, and finds the valid end after a restart.
+
+    ``topic_queue_table`` maps (topic, queueId) to the next queue offset; ``dispatcher`` is called
+    after each appended record that belongs in a consume queue.
+    """
+
+    def __init__(self, config: StoreConfig, dispatcher: Dispatcher) -> None:
+        self.config = config
+        self.queue = MappedFileQueue(config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True)
+        self.dispatcher = dispatcher
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        # (end offset, store time of the record ending there): one attribute, so a flushing thread reads a
+        # consistent pair.
+        self.tail: tuple[int, int] = (0, 0)
+        self._topic_bytes: dict[str, bytes] = {}
+
+    def load(self) -> list[str]:
+        """Map the segments on disk; returns removed empty files."""
+        return self.queue.load()
+
+    @property
+    def min_offset(self) -> int:
+        """First commitlog offset still on disk."""
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Offset just past the last record."""
+        return self.queue.wrote_where
+
+    # -- append ------------------------------------------------------------------------------------------
+
+    def _check(self, msg: MessageExtBrokerInner) -> tuple[PutMessageStatus, bytes, bytes, int, int]:
+        """Validate; returns (status, topic bytes, properties bytes, normalized sysFlag, record size)."""
+        topic = self._topic_bytes.get(msg.topic)
+        if topic is None:
+            topic = msg.topic.encode()
+            if len(topic) > MAX_TOPIC_LENGTH:
+                log.warning("topic too long (%d bytes): %.60s...", len(topic), msg.topic)
+                return PutMessageStatus.MESSAGE_ILLEGAL, b"", b"", 0, 0
+            self._topic_bytes[msg.topic] = topic
+        props = msg.properties.encode()
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            return PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, b"", b"", 0, 0
+        body_len = len(msg.body)
+        born_len = len(msg.born_host)
+        store_len = len(msg.store_host)
+        if body_len > self.config.maxMessageSize or born_len not in (8, 20) or store_len not in (8, 20):
+            return PutMessageStatus.MESSAGE_ILLEGAL, b"", b"", 0, 0
+        # The host flags must describe the host bytes, or the record cannot be decoded.
+        sys_flag = msg.sys_flag & ~_HOST_V6_FLAGS
+        if born_len == 20:
+            sys_flag |= MessageSysFlag.BORNHOST_V6_FLAG
+        if store_len == 20:
+            sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+        size = record_size(body_len, len(topic), len(props), born_len, store_len)
+        return PutMessageStatus.PUT_OK, topic, props, sys_flag, size
+
+    def _reserve(self, size: int) -> tuple[MappedFile, int]:
+        """Segment and in-segment position for ``size`` bytes, padding the current segment if they do not fit."""
+        q = self.queue
+        wrote = q.wrote_where
+        files = q.files
+        if not files:
+            f = q.create_file(wrote - wrote % q.mapped_file_size)
+        else:
+            f = files[-1]
+            if wrote >= f.end_offset:
+                f = q.create_file(f.end_offset)
+        pos = wrote - f.file_from_offset
+        remaining = f.file_size - pos
+        if size + END_FILE_MIN_BLANK_LENGTH > remaining:
+            _II.pack_into(f.mm, pos, remaining, BLANK_MAGIC_CODE)
+            q.wrote_where = f.end_offset
+            f = q.create_file(f.end_offset)
+            pos = 0
+        return f, pos
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """Append one record, assign its queue offset and dispatch it."""
+        status, topic, props, sys_flag, size = self._check(msg)
+        if status is not PutMessageStatus.PUT_OK:
+            return PutMessageResult(status)
+        if size + END_FILE_MIN_BLANK_LENGTH > self.queue.mapped_file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        try:
+            f, pos = self._reserve(size)
+        except OSError:
+            log.exception("cannot create a commitlog segment")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        key = (msg.topic, msg.queue_id)
+        dispatched = sys_flag & _TRAN_MASK not in _NOT_DISPATCHED
+        queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
+        phy = f.file_from_offset + pos
+        store_timestamp = now_ms()
+        f.mm[pos : pos + size] = encode_record(
+            topic=topic,
+            queue_id=msg.queue_id,
+            flag=msg.flag,
+            queue_offset=queue_offset,
+            physical_offset=phy,
+            sys_flag=sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_timestamp=store_timestamp,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+            body=msg.body,
+            properties=props,
+        )
+        self.queue.wrote_where = phy + size
+        self.tail = (phy + size, store_timestamp)
+        if dispatched:
+            self.topic_queue_table[key] = queue_offset + 1
+            self.dispatcher(msg.topic, msg.queue_id, phy, size, msg.tags_code, queue_offset, store_timestamp)
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(
+                phy, size, create_offset_message_id(msg.store_host, phy), store_timestamp, queue_offset
+            ),
+        )
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append a batch (one topic and queue, no transaction flags) contiguously in one segment."""
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        first = msgs[0]
+        checked = []
+        total = 0
+        body_total = 0
+        for msg in msgs:
+            if msg.topic != first.topic or msg.queue_id != first.queue_id or msg.sys_flag & _TRAN_MASK:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            status, topic, props, sys_flag, size = self._check(msg)
+            if status is not PutMessageStatus.PUT_OK:
+                return PutMessageResult(status)
+            checked.append((msg, props, sys_flag, size))
+            total += size
+            body_total += len(msg.body)
+        if body_total > self.config.maxMessageSize or total + END_FILE_MIN_BLANK_LENGTH > self.queue.mapped_file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        try:
+            f, pos = self._reserve(total)
+        except OSError:
+            log.exception("cannot create a commitlog segment")
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        key = (first.topic, first.queue_id)
+        first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)
+        wrote_offset = phy = f.file_from_offset + pos
+        store_timestamp = now_ms()  # one store time for the whole batch, as Java
+        mm = f.mm
+        for msg, props, sys_flag, size in checked:
+            mm[pos : pos + size] = encode_record(
+                topic=topic,
+                queue_id=msg.queue_id,
+                flag=msg.flag,
+                queue_offset=queue_offset,
+                physical_offset=phy,
+                sys_flag=sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                store_timestamp=store_timestamp,
+                store_host=msg.store_host,
+                reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+                body=msg.body,
+                properties=props,
+            )
+            pos += size
+            phy += size
+            queue_offset += 1
+        self.queue.wrote_where = phy
+        self.tail = (phy, store_timestamp)
+        self.topic_queue_table[key] = queue_offset
+        phy = wrote_offset
+        msg_ids = []
+        for i, (msg, _, _, size) in enumerate(checked):
+            self.dispatcher(msg.topic, msg.queue_id, phy, size, msg.tags_code, first_queue_offset + i, store_timestamp)
+            msg_ids.append(create_offset_message_id(msg.store_host, phy))
+            phy += size
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK,
+            AppendMessageResult(wrote_offset, total, ",".join(msg_ids), store_timestamp, first_queue_offset, len(msgs)),
+        )
+
+    # -- read --------------------------------------------------------------------------------------------
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        """A zero-copy slice of ``size`` bytes at ``offset``; None if not (or no longer) on disk."""
+        if offset < 0 or size <= 0 or offset + size > self.queue.wrote_where:
+            return None
+        f = self.queue.find_mapped_file_by_offset(offset)
+        if f is None:
+            return None
+        pos = offset - f.file_from_offset
+        if pos + size > f.file_size:
+            return None
+        return f.view[pos : pos + size]
+
+    def pickup_store_timestamp(self, offset: int, size: int) -> int:
+        """Store time of the record at ``offset``, or -1."""
+        view = self.get_message(offset, size)
+        if view is None or size < MIN_RECORD_SIZE:
+            return -1
+        (sys_flag,) = _I.unpack_from(view, _SYSFLAG_POS)
+        born_len = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+        return _Q.unpack_from(view, _BORN_HOST_POS + born_len)[0]
+
+    def roll_next_file(self, offset: int) -> int:
+        """Start of the segment after the one holding ``offset``."""
+        size = self.queue.mapped_file_size
+        return offset + size - offset % size
+
+    # -- flush -------------------------------------------------------------------------------------------
+
+    def flush(self) -> tuple[int, int]:
+        """fsync everything appended so far; returns (flushed offset, store time of the last flushed record)."""
+        end, store_timestamp = self.tail
+        return self.queue.flush(end), store_timestamp
+
+    # -- recovery ----------------------------------------------------------------------------------------
+
+    def normal_recover_start(self) -> int:
+        """Java's normal recovery checks the last three segments."""
+        files = self.queue.files
+        return files[max(len(files) - 3, 0)].file_from_offset
+
+    def abnormal_recover_start(self, min_timestamp: int) -> int:
+        """Start of the newest segment whose first record was stored at or before the checkpoint's time."""
+        files = self.queue.files
+        for f in reversed(files):
+            _, magic = _II.unpack_from(f.mm, 0)
+            if magic != MESSAGE_MAGIC_CODE:
+                continue
+            (sys_flag,) = _I.unpack_from(f.mm, _SYSFLAG_POS)
+            born_len = 20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8
+            (store_timestamp,) = _Q.unpack_from(f.mm, _BORN_HOST_POS + born_len)
+            if 0 < store_timestamp <= min_timestamp:
+                return f.file_from_offset
+        return files[0].file_from_offset
+
+    def segment_start(self, offset: int) -> int:
+        """Start of the segment holding ``offset`` (clamped to the segments on disk)."""
+        files = self.queue.files
+        if offset >= files[-1].end_offset:
+            return files[-1].file_from_offset
+        f = self.queue.find_mapped_file_by_offset(offset)
+        return files[0].file_from_offset if f is None else f.file_from_offset
+
+    def recover(
+        self, start: int, on_record: Callable[[DispatchRequest], None], abnormal: bool
+    ) -> tuple[int, int, list[str]]:
+        """Validate records from segment start ``start``, calling ``on_record`` for each, and cut the tail
+        after the last valid one.  Returns (valid records, non-zero bytes cut, deleted files)."""
+        check_crc = self.config.checkCRCOnRecover
+        files = self.queue.files
+        index = next(i for i, f in enumerate(files) if f.file_from_offset == start)
+        f = files[index]
+        pos = 0
+        records = 0
+        last_timestamp = 0
+        while True:
+            try:
+                req = check_message_and_return_size(f.view, pos, f.file_from_offset, check_crc)
+            except CorruptRecordError as e:
+                log.info("commitlog recovery stops at %d: %s", f.file_from_offset + pos, e)
+                break
+            if req is None:  # end-of-segment blank
+                if index + 1 == len(files):
+                    pos = f.file_size  # keep the blank; the next append opens a new segment
+                    break
+                index += 1
+                f = files[index]
+                pos = 0
+                continue
+            records += 1
+            last_timestamp = req.store_timestamp
+            on_record(req)
+            pos += req.msg_size
+        end = f.file_from_offset + pos
+        cut, dropped = self.queue.truncate_dirty_files(end, always_zero=abnormal)
+        self.tail = (end, last_timestamp)
+        return records, cut, dropped
+
+    def close(self) -> None:
+        """Unmap every segment."""
+        self.queue.close()
+
+    def destroy(self) -> None:
+        """Delete every segment."""
+        self.queue.destroy()
+        self.topic_queue_table.clear()

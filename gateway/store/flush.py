@@ -1,0 +1,220 @@
+"""Disk flushing off the reactor thread (FlushRealTimeService, GroupCommitService, FlushConsumeQueueService).
+
+Every fsync runs in a small dedicated thread pool; the reactor only decides when.  ``wait_for_flush``
+is SYNC_FLUSH's group commit: all waiters share the next fsync, a new one starts as soon as the
+previous finishes while anyone waits, and a waiter not covered within ``syncFlushTimeout`` gets False.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Generator
+from typing import Any
+
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorCore
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from .config import StoreConfig
+from .mapped_file import OS_PAGE_SIZE
+from .message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+
+class FlushService:
+    """Periodic commitlog and consume-queue flushes plus SYNC_FLUSH group commit for one store.
+
+    ``config`` defaults to the store's; ``reactor`` to the global one; ``threadpool`` to a private
+    two-thread pool (one commitlog and one consume-queue flush may run at once) started and stopped
+    with the service.
+    """
+
+    def __init__(
+        self,
+        store: DefaultMessageStore,
+        config: StoreConfig | None = None,
+        reactor: Any = None,
+        threadpool: ThreadPool | None = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor
+        self.store = store
+        self.config = config or store.config
+        self.reactor = reactor
+        self._own_pool = threadpool is None
+        self.pool = threadpool or ThreadPool(minthreads=0, maxthreads=2, name="store-flush")
+        self.running = False
+        self._commit_loop = LoopingCall(self._flush_commit_log_tick)
+        self._commit_loop.clock = reactor
+        self._cq_loop = LoopingCall(self._flush_consume_queue_tick)
+        self._cq_loop.clock = reactor
+        self._commit_d: defer.Deferred[None] | None = None
+        self._cq_d: defer.Deferred[None] | None = None
+        self._last_commit_thorough = 0.0
+        self._last_cq_thorough = 0.0
+        # (offset, deadline, deferred) in arrival order; deadlines are therefore ascending too.
+        self._waiters: deque[tuple[int, float, defer.Deferred[bool]]] = deque()
+        self._timer: Any = None
+        self._shutdown_trigger: Any = None
+        self._stopping: defer.Deferred[None] | None = None
+
+    def start(self) -> None:
+        """Start the periodic flushes."""
+        if self.running:
+            return
+        self.running = True
+        self._stopping = None
+        if self._own_pool:
+            self.pool.start()
+        now = self.reactor.seconds()
+        self._last_commit_thorough = self._last_cq_thorough = now
+        self._commit_loop.start(self.config.flushIntervalCommitLog / 1000, now=False)
+        self._cq_loop.start(self.config.flushIntervalConsumeQueue / 1000, now=False)
+        if IReactorCore.providedBy(self.reactor):
+            # A safety net: the owner normally stops the service before the reactor goes.
+            self._shutdown_trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._reactor_shutdown)
+
+    def _reactor_shutdown(self) -> defer.Deferred[None]:
+        self._shutdown_trigger = None  # firing now: removing it would warn
+        return self.stop()
+
+    def stop(self) -> defer.Deferred[None]:
+        """Stop the timers, let running flushes finish, answer every waiter.
+
+        The Deferred fires when all that is done; calling again while it runs waits for the same work.
+        """
+        if self._stopping is None:
+            self._stopping = self._stop()
+        done: defer.Deferred[None] = defer.Deferred()
+
+        def relay(result: Any) -> Any:
+            done.callback(None)
+            return result
+
+        self._stopping.addBoth(relay)
+        return done
+
+    @defer.inlineCallbacks
+    def _stop(self) -> Generator[defer.Deferred[Any], Any, None]:
+        if not self.running:
+            return
+        self.running = False
+        for loop in (self._commit_loop, self._cq_loop):
+            if loop.running:
+                loop.stop()
+        if self._shutdown_trigger is not None:
+            self.reactor.removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
+        pending = [d for d in (self._commit_d, self._cq_d) if d is not None]
+        if pending:
+            yield defer.DeferredList(pending)
+        if self._waiters:
+            try:
+                flushed = yield deferToThreadPool(self.reactor, self.pool, self.store.flush)
+                self._release_waiters(flushed)
+            except Exception:
+                log.exception("final commitlog flush failed")
+        self._expire(everything=True)
+        if self._own_pool:
+            self.pool.stop()
+
+    # -- commitlog -----------------------------------------------------------------------------------------
+
+    def _flush_commit_log_tick(self) -> None:
+        store = self.store
+        flushed = store.flushed_where
+        wrote = store.max_phy_offset
+        if wrote <= flushed or self._commit_d is not None:
+            return
+        now = self.reactor.seconds()
+        if now - self._last_commit_thorough >= self.config.flushCommitLogThoroughInterval / 1000:
+            self._last_commit_thorough = now  # every so often flush whatever is dirty
+        elif wrote // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE < self.config.flushCommitLogLeastPages:
+            return
+        self._flush_commit_log()
+
+    def _flush_commit_log(self) -> None:
+        if self._commit_d is not None:
+            return  # the running flush will start the next round if anyone still waits
+        d = deferToThreadPool(self.reactor, self.pool, self.store.flush)
+        self._commit_d = d
+        d.addCallbacks(self._commit_log_flushed, self._commit_log_flush_failed)
+
+    def _commit_log_flushed(self, flushed: int) -> None:
+        self._commit_d = None
+        self._release_waiters(flushed)
+        if self._waiters and self.running:
+            self._flush_commit_log()
+
+    def _commit_log_flush_failed(self, failure: Failure) -> None:
+        # Waiters stay until their timeout (FLUSH_DISK_TIMEOUT); the next tick retries.
+        self._commit_d = None
+        log.error("commitlog flush failed: %s", failure.getTraceback())
+
+    def wait_for_flush(self, offset: int) -> defer.Deferred[bool]:
+        """Fires True once commitlog data up to ``offset`` is durable, False after ``syncFlushTimeout``."""
+        if self.store.flushed_where >= offset:
+            return defer.succeed(True)
+        if not self.running:
+            return defer.succeed(False)
+        d: defer.Deferred[bool] = defer.Deferred()
+        timeout = self.config.syncFlushTimeout / 1000
+        self._waiters.append((offset, self.reactor.seconds() + timeout, d))
+        if self._timer is None:
+            self._timer = self.reactor.callLater(timeout, self._expire)
+        self._flush_commit_log()
+        return d
+
+    def _release_waiters(self, flushed: int) -> None:
+        if not self._waiters:
+            return
+        done = [w for w in self._waiters if w[0] <= flushed]
+        if not done:
+            return
+        self._waiters = deque(w for w in self._waiters if w[0] > flushed)
+        if not self._waiters and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, d in done:  # fired last: a callback may register a new waiter
+            d.callback(True)
+
+    def _expire(self, everything: bool = False) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        now = self.reactor.seconds()
+        expired = []
+        while self._waiters and (everything or self._waiters[0][1] <= now):
+            expired.append(self._waiters.popleft())
+        if self._waiters:
+            self._timer = self.reactor.callLater(max(self._waiters[0][1] - now, 0), self._expire)
+        for _, _, d in expired:
+            d.callback(False)
+
+    # -- consume queues ------------------------------------------------------------------------------------
+
+    def _flush_consume_queue_tick(self) -> None:
+        if self._cq_d is not None:
+            return
+        least_pages = self.config.flushConsumeQueueLeastPages
+        now = self.reactor.seconds()
+        if now - self._last_cq_thorough >= self.config.flushConsumeQueueThoroughInterval / 1000:
+            self._last_cq_thorough = now
+            least_pages = 0  # a thorough round also lets the checkpoint's consume-queue time advance
+        d = deferToThreadPool(self.reactor, self.pool, self.store.flush_consume_queues, least_pages)
+        self._cq_d = d
+        d.addCallbacks(self._consume_queues_flushed, self._consume_queue_flush_failed)
+
+    def _consume_queues_flushed(self, _: None) -> None:
+        self._cq_d = None
+
+    def _consume_queue_flush_failed(self, failure: Failure) -> None:
+        self._cq_d = None
+        log.error("consume queue flush failed: %s", failure.getTraceback())

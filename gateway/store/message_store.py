@@ -1,0 +1,492 @@
+"""The store the broker talks to: commitlog + consume queues + checkpoint, with recovery (DefaultMessageStore).
+
+Everything runs on the caller's thread (the reactor) except ``flush`` and ``flush_consume_queues``, which a
+worker thread may run while appends continue.  A message is dispatched to its consume queue before
+``put_message`` returns, so it is pullable at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import shutil
+import struct
+from collections.abc import Iterable
+
+from gateway.remoting.message import MESSAGE_MAGIC_CODE, MessageConst, string_to_properties, tags_code
+
+from .api import (
+    ArrivingListener,
+    GetMessageResult,
+    GetMessageStatus,
+    MessageExtBrokerInner,
+    MessageFilter,
+    PutMessageResult,
+    PutMessageStatus,
+    RecoveryReport,
+)
+from .checkpoint import StoreCheckpoint
+from .commit_log import CommitLog, DispatchRequest, is_dispatched
+from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
+from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
+from .mapped_file import StoreLoadError
+
+log = logging.getLogger(__name__)
+
+TOTAL_PHYSICAL_MEMORY_SIZE = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+_UNIT = struct.Struct(">qiq")
+_II = struct.Struct(">ii")
+
+
+class DefaultMessageStore:
+    """A RocketMQ-compatible message store on local files.
+
+    ``arriving_listener(topic, queue_id, logic_offset, tags_code)``, if set, is called after each new message
+    is indexed, with the message's queue offset (the queue's max offset is one more).
+    """
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.arriving_listener: ArrivingListener | None = None
+        self.commit_log = CommitLog(config, self._dispatch)
+        self.consume_queue_table: dict[tuple[str, int], ConsumeQueue] = {}
+        self.checkpoint: StoreCheckpoint | None = None
+        self.running = False
+        self._lock_fd: int | None = None
+        self._logics_timestamp = 0  # store time of the last record indexed in a consume queue
+        self._memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * config.accessMessageInMemoryMaxRatio / 100)
+
+    # -- paths -------------------------------------------------------------------------------------------
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.config.storePathRootDir, name)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self) -> RecoveryReport:
+        """Lock the directory, load and recover the files, then mark the store running (``abort`` file)."""
+        if self.running:
+            raise RuntimeError("store already started")
+        root = self.config.storePathRootDir
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLoadError(f"{root} is locked: another store is running on it") from None
+        self._lock_fd = fd
+        try:
+            report = self._load_and_recover(os.path.exists(self._path("abort")))
+        except BaseException:
+            self._close_files()
+            raise
+        abort = os.open(self._path("abort"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(abort, str(os.getpid()).encode())
+            os.fsync(abort)
+        finally:
+            os.close(abort)
+        dir_fd = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        self.running = True
+        log.info("store %s started: %s", root, report)
+        return report
+
+    def _load_and_recover(self, abnormal: bool) -> RecoveryReport:
+        report = RecoveryReport(abnormal=abnormal)
+        self.consume_queue_table.clear()
+        report.files_dropped += self.commit_log.load()
+        report.files_dropped += self._load_consume_queues()
+        self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
+        # Consume queues first: their written end and the commitlog offset they reach.
+        for cq in self.consume_queue_table.values():
+            _, dropped = cq.recover(abnormal)
+            report.files_dropped += dropped
+        if not self.commit_log.queue.files:
+            for cq in list(self.consume_queue_table.values()):
+                if cq.queue.files:
+                    log.warning("no commitlog files: dropping consume queue %s-%d", cq.topic, cq.queue_id)
+                report.files_dropped += [f.path for f in cq.queue.files]
+                cq.destroy()
+            self.consume_queue_table.clear()
+            self._rebuild_topic_queue_table()
+            return report
+
+        cl = self.commit_log
+        start = cl.abnormal_recover_start(self.checkpoint.min_timestamp) if abnormal else cl.normal_recover_start()
+        # As Java: after a clean shutdown only records past the highest offset any consume queue reaches
+        # (the reput start; the commitlog's beginning if none reaches anything) are dispatched again, so a
+        # deleted topic is not brought back; after a crash every record scanned is (queues skip what they have).
+        reach = max((cq.max_physic_offset for cq in self.consume_queue_table.values()), default=-1)
+        reput_from = max(reach, cl.min_offset)
+        start = min(start, cl.segment_start(reput_from))
+        report.scan_from = start
+        redispatch_from = start if abnormal else reput_from
+
+        def on_record(req: DispatchRequest) -> None:
+            if req.commit_log_offset >= redispatch_from and is_dispatched(req.sys_flag) and self._redispatch(req):
+                report.records_redispatched += 1
+
+        report.records_kept, report.bytes_truncated, dropped = cl.recover(start, on_record, abnormal)
+        report.files_dropped += dropped
+        report.max_phy_offset = end = cl.max_offset
+        for cq in self.consume_queue_table.values():
+            if cq.max_physic_offset > end:
+                units, dropped = cq.truncate_dirty_logic_files(end)
+                report.cq_units_truncated += units
+                report.files_dropped += dropped
+        if abnormal:
+            # What was scanned may not have reached the disk before the crash: sync it on the first flush.
+            cl.queue.flushed_where = min(cl.queue.flushed_where, start)
+        self._rebuild_topic_queue_table()
+        return report
+
+    def _load_consume_queues(self) -> list[str]:
+        dropped: list[str] = []
+        root = self.config.consume_queue_root
+        try:
+            topics = sorted(os.listdir(root))
+        except FileNotFoundError:
+            return dropped
+        for topic in topics:
+            topic_dir = os.path.join(root, topic)
+            if not os.path.isdir(topic_dir):
+                continue
+            for name in sorted(os.listdir(topic_dir)):
+                try:
+                    queue_id = int(name)
+                except ValueError:
+                    continue
+                cq = ConsumeQueue(topic, queue_id, root, self.config.consume_queue_file_size)
+                dropped += cq.load()
+                self.consume_queue_table[(topic, queue_id)] = cq
+        return dropped
+
+    def _rebuild_topic_queue_table(self) -> None:
+        min_phy = self.commit_log.min_offset
+        table = {}
+        for key, cq in self.consume_queue_table.items():
+            table[key] = cq.max_offset_in_queue
+            cq.correct_min_offset(min_phy)
+        self.commit_log.topic_queue_table = table
+
+    def shutdown(self) -> None:
+        """Flush everything, write a clean checkpoint, close the files and remove ``abort``.
+
+        The caller must have stopped any flush service first.
+        """
+        if not self.running:
+            return
+        self.running = False
+        self.flush()
+        self.flush_consume_queues(0)
+        self._close_files()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path("abort"))
+
+    def _close_files(self) -> None:
+        """Release everything without cleaning up; after a crash the files look exactly like this."""
+        self.commit_log.close()
+        for cq in self.consume_queue_table.values():
+            cq.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+            self.checkpoint = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # also releases the flock
+            self._lock_fd = None
+
+    def destroy(self) -> None:
+        """Delete every file of the store (tests); shuts it down first if it is running."""
+        self.shutdown()
+        self.commit_log.destroy()
+        shutil.rmtree(self.config.commit_log_path, ignore_errors=True)
+        shutil.rmtree(self.config.consume_queue_root, ignore_errors=True)
+        for name in ("checkpoint", "abort", "lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path(name))
+        self.consume_queue_table.clear()
+
+    # -- write -------------------------------------------------------------------------------------------
+
+    def _writable(self) -> bool:
+        return self.running and self.config.brokerRole != SLAVE
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        """Store one message; it is in its consume queue (and pullable) when this returns."""
+        if not self._writable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        return self.commit_log.put_message(msg)
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Store a batch for one topic and queue: contiguous records, consecutive queue offsets."""
+        if not self._writable():
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        return self.commit_log.put_messages(msgs)
+
+    def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.consume_queue_table.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_root, self.config.consume_queue_file_size)
+            self.consume_queue_table[(topic, queue_id)] = cq
+        return cq
+
+    def _dispatch(
+        self, topic: str, queue_id: int, offset: int, size: int, tags: int, cq_offset: int, store_timestamp: int
+    ) -> None:
+        cq = self.consume_queue_table.get((topic, queue_id)) or self._find_consume_queue(topic, queue_id)
+        cq.put_message_position_info(offset, size, tags, cq_offset)
+        self._logics_timestamp = store_timestamp
+        listener = self.arriving_listener
+        if listener is not None:
+            try:
+                listener(topic, queue_id, cq_offset, tags)
+            except Exception:
+                log.exception("message arriving listener failed")
+
+    def _redispatch(self, req: DispatchRequest) -> bool:
+        cq = self._find_consume_queue(req.topic, req.queue_id)
+        if req.commit_log_offset + req.msg_size <= cq.max_physic_offset:
+            return False  # already indexed: skip parsing its properties
+        written = cq.put_message_position_info(
+            req.commit_log_offset, req.msg_size, self._tags_code_of(req), req.consume_queue_offset
+        )
+        if written:
+            self._logics_timestamp = req.store_timestamp
+        return written
+
+    def _tags_code_of(self, req: DispatchRequest) -> int:
+        """The unit's tagsCode as Java derives it from a record: tag hash, or delivery time for delay messages."""
+        props = string_to_properties(req.properties)
+        if req.topic == RMQ_SYS_SCHEDULE_TOPIC and MessageConst.DELAY_TIME_LEVEL in props:
+            levels = self.config.delay_level_table()
+            level = min(int(props[MessageConst.DELAY_TIME_LEVEL]), len(levels))
+            if level > 0:
+                return req.store_timestamp + levels[level - 1]
+        return tags_code(props.get(MessageConst.TAGS))
+
+    # -- read --------------------------------------------------------------------------------------------
+
+    def _next_offset_correction(self, old: int, new: int) -> int:
+        # A slave keeps the client's offset unless told to check it.
+        if self.config.brokerRole != SLAVE or self.config.offsetCheckInSlave:
+            return new
+        return old
+
+    def _is_the_batch_full(self, size: int, max_msg_nums: int, total: int, count: int, in_disk: bool) -> bool:
+        if total == 0 or count == 0:
+            return False
+        if count >= max_msg_nums:
+            return True
+        c = self.config
+        if in_disk:
+            return total + size > c.maxTransferBytesOnMessageInDisk or count >= c.maxTransferCountOnMessageInDisk
+        return total + size > c.maxTransferBytesOnMessageInMemory or count >= c.maxTransferCountOnMessageInMemory
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None = None,
+    ) -> GetMessageResult | None:
+        """Up to ``max_msg_nums`` records from logical ``offset`` (``DefaultMessageStore.getMessage``).
+
+        ``message_filter(tags_code)`` drops units before their record is read; dropped units still advance
+        ``next_begin_offset``.  None when the store is not running (Java returns null).
+        """
+        if not self.running:
+            return None
+        cq = self.consume_queue_table.get((topic, queue_id))
+        if cq is None:
+            return GetMessageResult(
+                GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, self._next_offset_correction(offset, 0), 0, 0
+            )
+        min_offset = cq.min_offset_in_queue
+        max_offset = cq.max_offset_in_queue
+        if max_offset == 0:
+            status, next_offset = GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+        elif offset < min_offset:
+            status, next_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_offset
+        elif offset == max_offset:
+            status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > max_offset:
+            status, next_offset = GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset
+        else:
+            units = cq.get_index_buffer(offset)
+            if units is None:
+                status, next_offset = GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset)
+            else:
+                return self._read_units(units, offset, min_offset, max_offset, max_msg_nums, message_filter)
+        return GetMessageResult(status, self._next_offset_correction(offset, next_offset), min_offset, max_offset)
+
+    def _read_units(
+        self,
+        units: memoryview,
+        offset: int,
+        min_offset: int,
+        max_offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
+    ) -> GetMessageResult:
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        buffers = result.buffers
+        total = 0
+        cl = self.commit_log
+        max_offset_py = cl.max_offset
+        memory = self._memory
+        next_phy_file_start = -1
+        max_phy_offset_pulling = 0
+        # Java scans at most max(16000, maxMsgNums * 20) bytes of consume queue.
+        limit = min(len(units), max(16000, max_msg_nums * CQ_STORE_UNIT_SIZE))
+        scanned = 0
+        for offset_py, size_py, tags in _UNIT.iter_unpack(units[:limit]):
+            max_phy_offset_pulling = offset_py
+            if offset_py < next_phy_file_start or size_py == BLANK_UNIT_SIZE:
+                scanned += 1
+                continue
+            in_disk = max_offset_py - offset_py > memory
+            if self._is_the_batch_full(size_py, max_msg_nums, total, len(buffers), in_disk):
+                break
+            scanned += 1
+            if message_filter is not None and not message_filter(tags):
+                continue
+            record = cl.get_message(offset_py, size_py)
+            if record is None:
+                if not total:
+                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_phy_file_start = cl.roll_next_file(offset_py)
+                continue
+            buffers.append(bytes(record))  # Twisted transports take bytes only; one copy out of the mapping
+            total += size_py
+            result.status = GetMessageStatus.FOUND
+            next_phy_file_start = -1
+        result.buffer_total_size = total
+        result.next_begin_offset = offset + scanned
+        result.suggest_pull_from_slave = max_offset_py - max_phy_offset_pulling > memory
+        return result
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """Next logical offset of the queue (0 if it does not exist)."""
+        cq = self.consume_queue_table.get((topic, queue_id))
+        return cq.max_offset_in_queue if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """First readable logical offset (0 if the queue does not exist)."""
+        cq = self.consume_queue_table.get((topic, queue_id))
+        return cq.min_offset_in_queue if cq else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP: see ConsumeQueue.get_offset_in_queue_by_time (0 if no queue)."""
+        cq = self.consume_queue_table.get((topic, queue_id))
+        if cq is None:
+            return 0
+        return cq.get_offset_in_queue_by_time(timestamp, self.commit_log.pickup_store_timestamp)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the message at logical ``offset``, or -1."""
+        cq = self.consume_queue_table.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq else None
+        if unit is None or unit[1] == BLANK_UNIT_SIZE:
+            return -1
+        return self.commit_log.pickup_store_timestamp(unit[0], unit[1])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the message at the queue's min offset, or -1."""
+        return self.get_message_store_timestamp(topic, queue_id, self.get_min_offset_in_queue(topic, queue_id))
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at ``offset`` is further behind the commitlog's end than the in-memory ratio."""
+        cq = self.consume_queue_table.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq else None
+        if unit is None:
+            return False
+        return self.commit_log.max_offset - unit[0] > self._memory
+
+    def look_message_by_offset(self, phy_offset: int) -> bytes | None:
+        """The whole record at commitlog ``phy_offset`` (a copy), or None."""
+        head = self.commit_log.get_message(phy_offset, _II.size)
+        if head is None:
+            return None
+        size, magic = _II.unpack_from(head)
+        if magic != MESSAGE_MAGIC_CODE:
+            return None
+        record = self.commit_log.get_message(phy_offset, size)
+        return None if record is None else bytes(record)
+
+    def select_one_message_by_offset(self, phy_offset: int, size: int) -> memoryview | None:
+        """``size`` bytes of commitlog at ``phy_offset`` without copying, or None."""
+        return self.commit_log.get_message(phy_offset, size)
+
+    def get_max_phy_offset(self) -> int:
+        """Offset just past the last record."""
+        return self.commit_log.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        """First commitlog offset still on disk."""
+        return self.commit_log.min_offset
+
+    @property
+    def max_phy_offset(self) -> int:
+        """Offset just past the last record."""
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_where(self) -> int:
+        """Commitlog offset up to which data is durable."""
+        return self.commit_log.queue.flushed_where
+
+    # -- admin -------------------------------------------------------------------------------------------
+
+    def destroy_consume_queue(self, topic: str) -> int:
+        """Delete every consume queue of ``topic`` (files included); returns how many."""
+        keys = [key for key in self.consume_queue_table if key[0] == topic]
+        for key in keys:
+            self.consume_queue_table.pop(key).destroy()
+            self.commit_log.topic_queue_table.pop(key, None)
+        with contextlib.suppress(OSError):  # not empty: something else lives there
+            os.rmdir(os.path.join(self.config.consume_queue_root, topic))
+        return len(keys)
+
+    def delete_topics(self, topics: Iterable[str]) -> int:
+        """Delete the consume queues of ``topics``; returns how many queues went.  Their records stay in the
+        commitlog until it is cleaned."""
+        return sum(self.destroy_consume_queue(topic) for topic in topics)
+
+    # -- durability --------------------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Blocking: fsync the commitlog up to what is appended now; returns the flushed offset.
+
+        Safe to call from a worker thread while the reactor appends.
+        """
+        flushed, store_timestamp = self.commit_log.flush()
+        if store_timestamp and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = store_timestamp
+        return flushed
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """Blocking: fsync consume queues with at least ``least_pages`` dirty pages, then the checkpoint.
+
+        Only a thorough flush (``least_pages`` 0) advances the checkpoint's consume-queue time, since only
+        then is every unit before it durable.  Safe to call from a worker thread.
+        """
+        logics_timestamp = self._logics_timestamp
+        for cq in list(self.consume_queue_table.values()):
+            cq.flush(least_pages)
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return
+        if least_pages == 0 and logics_timestamp:
+            checkpoint.logics_msg_timestamp = logics_timestamp
+        checkpoint.flush()

@@ -1,0 +1,88 @@
+"""A NameServer and a Broker in this process (port 0, temporary store) for the Twisted client tests."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
+
+from gateway.__main__ import GatewayService
+from gateway.broker.config import load_broker_config
+from gateway.broker.controller import BrokerController
+from gateway.client import Admin
+from gateway.namesrv.config import load_namesrv_config
+from gateway.namesrv.service import NamesrvController
+
+_names = itertools.count()
+
+
+@dataclass
+class Servers:
+    namesrv_addr: str
+    broker_addr: str
+    admin: Admin
+
+    async def topic(self, queues: int = 4) -> str:
+        """A new topic with ``queues`` queues, routed by the name server."""
+        name = f"ClientTopic{next(_names)}"
+        await self.admin.create_topic(name, queues)
+        return name
+
+
+@pytest_twisted.async_yield_fixture(scope="module")
+async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Servers]:
+    root: Path = tmp_path_factory.mktemp("gateway")
+    namesrv_cfg = load_namesrv_config(
+        None,
+        {
+            "listenPort": "0",
+            "bindAddress": "127.0.0.1",
+            "kvConfigPath": str(root / "kvConfig.json"),
+            "configStorePath": str(root / "namesrv.properties"),
+        },
+    )
+    broker_cfg, store_cfg = load_broker_config(
+        None,
+        {
+            "bindAddress": "127.0.0.1",
+            "brokerIP1": "127.0.0.1",
+            "brokerName": "broker-a",
+            "listenPort": "0",
+            "storePathRootDir": str(root / "store"),
+        },
+    )
+    service = GatewayService(NamesrvController(namesrv_cfg, reactor), BrokerController(broker_cfg, store_cfg, reactor))
+    service.startService()
+    admin = Admin(broker_cfg.namesrvAddr)
+    # The broker registers asynchronously; topics are created through TBW102's route.
+    for _ in range(250):
+        if await admin.client.api.get_topic_route("TBW102") is not None:
+            break
+        await sleep(0.02)
+    yield Servers(broker_cfg.namesrvAddr, broker_cfg.broker_addr, admin)
+    await admin.shutdown()
+    await service.stopService()
+
+
+def group_name(prefix: str) -> str:
+    """A group name no other test uses."""
+    return f"{prefix}{next(_names)}"
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    """Poll ``condition`` every 20 ms; fail the test after ``timeout`` seconds."""
+    deadline = reactor.seconds() + timeout
+    while not condition():
+        if reactor.seconds() > deadline:
+            pytest.fail(f"{what} not met within {timeout}s")
+        await sleep(0.02)
+
+
+async def sleep(seconds: float) -> None:
+    await deferLater(reactor, seconds, lambda: None)

@@ -1,0 +1,245 @@
+"""Producer against in-process servers: every send mode round-trips exactly; routing, retries, auto-create."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+
+from gateway.broker.config import load_broker_config
+from gateway.broker.controller import BrokerController
+from gateway.client import (
+    Message,
+    MessageExt,
+    MessageQueue,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    SendResult,
+    SendStatus,
+    build_message,
+)
+from gateway.remoting.message import MessageConst, MessageSysFlag
+
+from .conftest import Servers, group_name, sleep
+
+SYSTEM_PROPERTIES = {MessageConst.WAIT_STORE_MSG_OK, MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX}
+
+
+@pytest_twisted.async_yield_fixture
+async def producer(servers: Servers) -> AsyncIterator[Producer]:
+    p = Producer(group_name("pg"), servers.namesrv_addr)
+    await p.start()
+    yield p
+    await p.shutdown()
+
+
+@pytest_twisted.async_yield_fixture
+async def reader(servers: Servers) -> AsyncIterator[PullConsumer]:
+    c = PullConsumer(group_name("reader"), servers.namesrv_addr)
+    await c.start()
+    yield c
+    await c.shutdown()
+
+
+async def pull_all(consumer: PullConsumer, topic: str) -> list[MessageExt]:
+    """Every message of the topic, queue by queue."""
+    out = []
+    for mq in await consumer.fetch_subscribe_message_queues(topic):
+        offset = 0
+        while True:
+            result = await consumer.pull(mq, "*", offset, 32)
+            if result.status is not PullStatus.FOUND:
+                break
+            out.extend(result.messages)
+            offset = result.next_begin_offset
+    return out
+
+
+def uniq_key(msg: Message) -> str:
+    return msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+
+
+def assert_round_trip(sent: Message, got: MessageExt) -> None:
+    assert (got.topic, got.body, got.flag, got.tags, got.keys) == (
+        sent.topic,
+        sent.body,
+        sent.flag,
+        sent.tags,
+        sent.keys,
+    )
+    user = {k: v for k, v in sent.properties.items() if k not in SYSTEM_PROPERTIES}
+    assert {k: got.properties.get(k) for k in user} == user
+    assert got.uniq_key == uniq_key(sent)
+
+
+def _message(topic: str, i: int, mode: str) -> Message:
+    return build_message(
+        topic,
+        f"{mode} body {i} ünïcødé \x00\xff".encode(),
+        tags=f"Tag{mode}",
+        keys=[f"key-{mode}-{i}", "shared"],
+        properties={"mode": mode, "index": str(i), "日本": "語"},
+        flag=i,
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_sync_async_oneway_batch_round_trip(servers: Servers, producer: Producer, reader: PullConsumer) -> None:
+    topic = await servers.topic()
+    sent: list[Message] = []
+    results: list[SendResult] = []
+    for i in range(5):
+        sent.append(_message(topic, i, "sync"))
+        results.append(await producer.send(sent[-1]))
+
+    async_done: Deferred[None] = Deferred()
+    async_results: list[SendResult] = []
+
+    def on_success(result: SendResult) -> None:
+        async_results.append(result)
+        if len(async_results) == 5:
+            async_done.callback(None)
+
+    for i in range(5):
+        sent.append(_message(topic, i, "async"))
+        producer.send_async(sent[-1], on_success, async_done.errback)
+    await async_done
+    for i in range(5):
+        sent.append(_message(topic, i, "oneway"))
+        await producer.send_oneway(sent[-1])
+    batch = [_message(topic, i, "batch") for i in range(5)]
+    sent.extend(batch)
+    batch_result = await producer.send_batch(batch)
+
+    for r in [*results, *async_results, batch_result]:
+        assert r.status is SendStatus.SEND_OK
+        assert (r.queue.topic, r.queue.broker_name) == (topic, "broker-a")
+    assert batch_result.msg_id == ",".join(uniq_key(m) for m in batch)
+    assert len(batch_result.offset_msg_id.split(",")) == 5
+
+    got = await pull_all(reader, topic)
+    for _ in range(50):  # oneway sends are not acknowledged: give them a moment
+        if len(got) == len(sent):
+            break
+        await sleep(0.05)
+        got = await pull_all(reader, topic)
+    by_key = {m.uniq_key: m for m in got}
+    assert len(by_key) == len(got) == len(sent)
+    for msg in sent:
+        assert_round_trip(msg, by_key[uniq_key(msg)])
+    for r in results:
+        stored = by_key[r.msg_id]
+        assert (stored.msg_id, stored.queue_id, stored.queue_offset) == (
+            r.offset_msg_id,
+            r.queue.queue_id,
+            r.queue_offset,
+        )
+    # A batch is stored as consecutive messages of one queue.
+    offsets = sorted(by_key[uniq_key(m)].queue_offset for m in batch)
+    assert offsets == list(range(batch_result.queue_offset, batch_result.queue_offset + 5))
+    assert {by_key[uniq_key(m)].queue_id for m in batch} == {batch_result.queue.queue_id}
+
+
+@pytest_twisted.ensureDeferred
+async def test_large_body_is_compressed_and_restored(
+    servers: Servers, producer: Producer, reader: PullConsumer
+) -> None:
+    topic = await servers.topic(1)
+    body = bytes(random.Random(7).choice(b"abcdefgh") for _ in range(20000))
+    result = await producer.send(build_message(topic, body, tags="big"))
+    pulled = await reader.pull(result.queue, "*", result.queue_offset, 1)
+    got = pulled.messages[0]
+    assert got.body == body
+    assert got.sys_flag & MessageSysFlag.COMPRESSED_FLAG
+    assert got.store_size < len(body)  # stored compressed
+
+
+@pytest_twisted.ensureDeferred
+async def test_unknown_topic_is_created_through_tbw102(servers: Servers, producer: Producer) -> None:
+    topic = group_name("AutoCreated")
+    result = await producer.send(build_message(topic, b"first"))
+    assert result.status is SendStatus.SEND_OK
+    route = await servers.admin.get_route(topic)
+    # min(defaultTopicQueueNums 4, TBW102's 8) queues.
+    assert [(q.read_queue_nums, q.write_queue_nums) for q in route.queue_datas] == [(4, 4)]
+    queues = await producer.fetch_publish_message_queues(topic)
+    assert len(queues) == 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_send_to_a_queue_and_by_selector(servers: Servers, producer: Producer, reader: PullConsumer) -> None:
+    topic = await servers.topic(4)
+    target = MessageQueue(topic, "broker-a", 2)
+    for i in range(3):
+        assert (await producer.send(build_message(topic, b"q%d" % i), queue=target)).queue == target
+
+    def by_order_id(queues: list[MessageQueue], msg: Message, order_id: int) -> MessageQueue:
+        return queues[order_id % len(queues)]
+
+    for step in range(5):
+        for order_id in (10, 11):
+            msg = build_message(topic, f"{order_id}:{step}".encode())
+            result = await producer.send(msg, selector=by_order_id, arg=order_id)
+            assert result.queue.queue_id == order_id % 4
+    # Ordered: each order's messages sit in one queue in send order.
+    for order_id in (10, 11):
+        pulled = await reader.pull(MessageQueue(topic, "broker-a", order_id % 4), "*", 0, 32)
+        steps = [m.body.decode().split(":")[1] for m in pulled.messages if m.body.startswith(b"%d:" % order_id)]
+        assert steps == [str(s) for s in range(5)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_invalid_messages_are_refused(servers: Servers, producer: Producer) -> None:
+    topic = await servers.topic(1)
+    with pytest.raises(MQClientError, match="body length is zero"):
+        await producer.send(build_message(topic, b""))
+    with pytest.raises(MQClientError, match="illegal characters"):
+        await producer.send(build_message("bad topic!", b"x"))
+    with pytest.raises(MQClientError, match="forbidden"):
+        await producer.send(build_message("SCHEDULE_TOPIC_XXXX", b"x"))
+    with pytest.raises(MQClientError, match="same"):
+        await producer.send_batch([build_message(topic, b"a"), build_message(topic + "x", b"b")])
+
+
+@pytest_twisted.ensureDeferred
+async def test_failed_broker_is_retried_on_another(servers: Servers, producer: Producer, tmp_path: Path) -> None:
+    """A second broker serves the topic, then goes away: sends that pick it retry on broker-a."""
+    broker_cfg, store_cfg = load_broker_config(
+        None,
+        {
+            "bindAddress": "127.0.0.1",
+            "brokerIP1": "127.0.0.1",
+            "brokerName": "broker-b",
+            "listenPort": "0",
+            "storePathRootDir": str(tmp_path / "store-b"),
+            "namesrvAddr": servers.namesrv_addr,
+        },
+    )
+    broker_b = BrokerController(broker_cfg, store_cfg, reactor)
+    broker_b.startService()
+    stopped = False
+    try:
+        topic = group_name("TwoBrokers")
+        await servers.admin.create_topic(topic, 2, broker_addr=servers.broker_addr)
+        await servers.admin.create_topic(topic, 2, broker_addr=broker_cfg.broker_addr)
+        for _ in range(50):
+            if len(await producer.fetch_publish_message_queues(topic)) == 4:
+                break
+            await producer.client.update_topic_route_from_namesrv(topic)
+            await sleep(0.05)
+        assert len(await producer.fetch_publish_message_queues(topic)) == 4
+        await broker_b.stopService()
+        stopped = True
+        # The producer's cached route still has broker-b (it refreshes every 30 s).
+        results = [await producer.send(build_message(topic, b"m%d" % i)) for i in range(8)]
+        assert {r.queue.broker_name for r in results} == {"broker-a"}
+    finally:
+        if not stopped:
+            await broker_b.stopService()

@@ -1,0 +1,40 @@
+"""Fixtures: a name server on 127.0.0.1 port 0 with its files under tmp_path, and a remoting client."""
+
+from __future__ import annotations
+
+import pytest
+import pytest_twisted
+
+from gateway.namesrv.config import NamesrvConfig
+from gateway.namesrv.service import NamesrvController
+from gateway.remoting.client import RemotingClient
+
+
+@pytest.fixture
+def namesrv_config(tmp_path) -> NamesrvConfig:
+    return NamesrvConfig(
+        listenPort=0,
+        bindAddress="127.0.0.1",
+        kvConfigPath=str(tmp_path / "namesrv" / "kvConfig.json"),
+        configStorePath=str(tmp_path / "namesrv" / "namesrv.properties"),
+    )
+
+
+@pytest_twisted.async_yield_fixture
+async def namesrv(namesrv_config):
+    controller = NamesrvController(namesrv_config)
+    controller.startService()
+    yield controller
+    await controller.stopService()
+
+
+@pytest.fixture
+def addr(namesrv) -> str:
+    return f"127.0.0.1:{namesrv.port}"
+
+
+@pytest_twisted.async_yield_fixture
+async def client():
+    remoting = RemotingClient()
+    yield remoting
+    await remoting.close()
