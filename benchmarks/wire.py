@@ -12,7 +12,9 @@ import random
 import socket
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 
@@ -44,6 +46,9 @@ _BROKER_MARKER = b"\\u0000BROKER\\u0000"
 _PREFIX = struct.Struct(">ii")
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
+
+
+T = TypeVar("T")
 
 
 class SetupError(Exception):
@@ -107,45 +112,60 @@ def route_queues(route: TopicRouteData, perm: int = PermName.PERM_WRITE) -> list
     return out
 
 
+def _masters(namesrv: str) -> list[tuple[str, str]]:
+    """(broker name, master address) of every broker the NameServer knows."""
+    resp = rpc(namesrv, java_request(RequestCode.GET_BROKER_CLUSTER_INFO))
+    if resp.code != ResponseCode.SUCCESS:
+        raise SetupError(f"cluster info: code {resp.code} {resp.remark}")
+    info = ClusterInfo.from_json(fastjson.loads(resp.body))
+    return sorted((bd.broker_name, addr) for bd in info.broker_addr_table.values() if (addr := bd.master_addr()))
+
+
+def _poll(fn: Callable[[], T], what: str, timeout: float = 15.0) -> T:
+    """``fn()`` until it returns something truthy; SetupError naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := fn()):
+        if time.monotonic() > deadline:
+            raise SetupError(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+    return value
+
+
 def ensure_topic(namesrv: str, topic: str, queues: int, mode: str, builder: SendFrameBuilder) -> list[QueueRef]:
     """The topic's writable queues, creating the topic first if the NameServer does not know it.
 
-    ``mode`` ``auto`` sends one message per broker with ``defaultTopic=TBW102`` (what a Java producer's
-    first send does); ``admin`` sends UPDATE_AND_CREATE_TOPIC to every master of every cluster (mqadmin
-    updateTopic). Either way, waits until the NameServer routes the topic.
+    Waits for a broker to have registered. ``mode`` ``auto`` then sends one message per broker with
+    ``defaultTopic=TBW102`` (what a Java producer's first send does); ``admin`` sends
+    UPDATE_AND_CREATE_TOPIC to every master (mqadmin updateTopic). Either way, waits until the
+    NameServer routes the topic.
     """
+    masters = _poll(lambda: _masters(namesrv), "a broker to register with the NameServer")
     route = get_route(namesrv, topic)
     if route is None:
         if mode == "auto":
-            template = get_route(namesrv, DEFAULT_TOPIC)
-            if template is None:
-                raise SetupError(f"{DEFAULT_TOPIC} is not routed (autoCreateTopicEnable=false?); use --create admin")
+            template = _poll(
+                lambda: get_route(namesrv, DEFAULT_TOPIC), f"a route for {DEFAULT_TOPIC} (else use --create admin)", 5
+            )
             addrs = {q.addr: q.broker_name for q in route_queues(template, PermName.PERM_INHERIT)}
             for addr, broker_name in sorted(addrs.items()):
                 resp = rpc(addr, builder.single(broker_name, 0))
                 if resp.code != ResponseCode.SUCCESS:
                     raise SetupError(f"auto-create of {topic} on {addr}: code {resp.code} {resp.remark}")
         else:
-            resp = rpc(namesrv, java_request(RequestCode.GET_BROKER_CLUSTER_INFO))
-            if resp.code != ResponseCode.SUCCESS:
-                raise SetupError(f"cluster info: code {resp.code} {resp.remark}")
-            info = ClusterInfo.from_json(fastjson.loads(resp.body))
             header = CreateTopicRequestHeader(
                 topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=queues, write_queue_nums=queues,
                 perm=PermName.PERM_READ | PermName.PERM_WRITE, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,
             )
-            for bd in info.broker_addr_table.values():
-                addr = bd.master_addr()
-                if addr:
-                    resp = rpc(addr, java_request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
-                    if resp.code != ResponseCode.SUCCESS:
-                        raise SetupError(f"UPDATE_AND_CREATE_TOPIC on {addr}: code {resp.code} {resp.remark}")
-        deadline = time.monotonic() + 15
-        while route is None or not route_queues(route):
-            if time.monotonic() > deadline:
-                raise SetupError(f"the NameServer never routed {topic}")
-            time.sleep(0.1)
-            route = get_route(namesrv, topic)
+            for _name, addr in masters:
+                resp = rpc(addr, java_request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
+                if resp.code != ResponseCode.SUCCESS:
+                    raise SetupError(f"UPDATE_AND_CREATE_TOPIC on {addr}: code {resp.code} {resp.remark}")
+
+        def routed() -> TopicRouteData | None:
+            r = get_route(namesrv, topic)
+            return r if r is not None and route_queues(r) else None
+
+        route = _poll(routed, f"a route for {topic}")
     queues_found = route_queues(route)
     if not queues_found:
         raise SetupError(f"{topic} has no writable queue on a master")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.client import ConsumeStatus, Message, MessageExt, MessageQueue, blocking, build_message
+from gateway.client import ConsumeStatus, Message, MessageExt, MessageQueue, MQClientError, blocking, build_message
 from gateway.remoting.message import MessageConst
 
 from .servers import GatewayServers
@@ -81,6 +81,20 @@ def _assert_intact(sent: dict[str, Message], inbox: Inbox) -> None:
                 assert got.properties[key] == value
 
 
+def _restart(servers: GatewayServers, topic: str) -> None:
+    """Restart the servers; return once the broker has registered ``topic`` with the name server again."""
+    servers.restart()
+    with blocking.Admin(servers.namesrv_addr) as admin:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                admin.get_route(topic)
+                return
+            except MQClientError:
+                assert time.monotonic() < deadline, f"{topic} not routed again after the restart"
+                time.sleep(0.05)
+
+
 def _stored(servers: GatewayServers, topic: str) -> int:
     with blocking.Admin(servers.namesrv_addr) as admin:
         return sum(admin.max_offset(MessageQueue(topic, "broker-a", q)) for q in range(QUEUES))
@@ -103,7 +117,7 @@ def test_exactly_once_and_resume_after_broker_restart(fresh_servers: GatewayServ
     _bounded(consumer.shutdown, 10)
     _assert_intact(sent, inbox)
 
-    fresh_servers.restart()
+    _restart(fresh_servers, topic)
     assert _stored(fresh_servers, topic) == 1000  # nothing lost
 
     later = _send(fresh_servers, topic, 200, start=1000)
@@ -124,7 +138,7 @@ def test_consumer_lives_through_broker_restart(fresh_servers: GatewayServers) ->
     try:
         before = _send(fresh_servers, topic, 300)
         inbox.wait_for(300)
-        fresh_servers.restart()
+        _restart(fresh_servers, topic)
         after = _send(fresh_servers, topic, 300, start=300)
         inbox.wait_for(600)
         _assert_intact(before | after, inbox)

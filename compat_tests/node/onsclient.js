@@ -62,11 +62,11 @@ function exitAfterFlush(code) {
 
 function armTimeout(args, what) {
   const seconds = Number(args.timeout || 60);
-  const timer = setTimeout(() => {
+  // Not unref()'d: the process ends through exitAfterFlush(), or here.
+  setTimeout(() => {
     emit({ event: 'timeout', what });
     exitAfterFlush(EXIT_TIMEOUT);
   }, seconds * 1000);
-  timer.unref();
 }
 
 async function produce(args) {

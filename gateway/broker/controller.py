@@ -69,6 +69,8 @@ class BrokerController(service.Service):
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
+        # Wrap or replace before startService to serve TLS.
+        self.factory = RemotingServerFactory(self.dispatcher)
         self.namesrv_client = RemotingClient(reactor)
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.flush_service: FlushService | None = None
@@ -93,8 +95,7 @@ class BrokerController(service.Service):
         self.offsets.load()
         self.groups.load()
         self.topics.persist()
-        factory = RemotingServerFactory(self.dispatcher)
-        port = self.reactor.listenTCP(self.config.listenPort, factory, interface=self.config.bindAddress)
+        port = self.reactor.listenTCP(self.config.listenPort, self.factory, interface=self.config.bindAddress)
         self.ports.append(port)
         self.config.listenPort = port.getHost().port
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
@@ -132,6 +133,7 @@ class BrokerController(service.Service):
         for port in self.ports:
             yield port.stopListening()
         self.ports.clear()
+        yield self.factory.close_all()
         self.hold_service.shutdown()
         if self.flush_service is not None:
             yield self.flush_service.stop()

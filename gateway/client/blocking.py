@@ -21,7 +21,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from twisted.internet.selectreactor import SelectReactor
+try:
+    from twisted.internet.epollreactor import EPollReactor as _PrivateReactor
+except ImportError:  # not Linux
+    from twisted.internet.selectreactor import SelectReactor as _PrivateReactor
 from twisted.internet.threads import blockingCallFromThread, deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
@@ -39,7 +42,7 @@ class ReactorThread:
     _default_lock = threading.Lock()
 
     def __init__(self, reactor: Any = None) -> None:
-        self.reactor = reactor if reactor is not None else SelectReactor()
+        self.reactor = reactor if reactor is not None else _PrivateReactor()
         self.thread: threading.Thread | None = None
         if not self.reactor.running:
             running = threading.Event()

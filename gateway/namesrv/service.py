@@ -59,7 +59,6 @@ class NamesrvController(Service):
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
         self._first_scan: IDelayedCall | None = None
-        self._closing: dict[RemotingProtocol, Deferred[None]] = {}
 
     @property
     def port(self) -> int:
@@ -92,11 +91,7 @@ class NamesrvController(Service):
         if self._listening is not None:
             waits.append(maybeDeferred(self._listening.stopListening))
             self._listening = None
-        for channel in list(self.factory.channels):
-            closed: Deferred[None] = Deferred()
-            self._closing[channel] = closed
-            waits.append(closed)
-            channel.transport.abortConnection()
+        waits.append(self.factory.close_all())
         return DeferredList(waits, consumeErrors=True).addCallback(lambda _: log.info("NameServer stopped"))
 
     def scan_not_active_broker(self) -> None:
@@ -107,6 +102,3 @@ class NamesrvController(Service):
 
     def _on_channel_closed(self, channel: RemotingProtocol) -> None:
         self.route_info_manager.on_channel_destroy(channel.peer, channel)
-        closed = self._closing.pop(channel, None)
-        if closed is not None:
-            closed.callback(None)

@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 from twisted.internet import error
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
@@ -153,8 +153,25 @@ class RemotingServerFactory(Factory):
     def __init__(self, dispatcher: RequestDispatcher) -> None:
         self.dispatcher = dispatcher
         self.channels: set[RemotingProtocol] = set()
+        self._closing: dict[RemotingProtocol, Deferred[None]] = {}
         dispatcher.on_channel_opened.append(self.channels.add)
-        dispatcher.on_channel_closed.append(self.channels.discard)
+        dispatcher.on_channel_closed.append(self._closed)
+
+    def _closed(self, channel: RemotingProtocol) -> None:
+        self.channels.discard(channel)
+        d = self._closing.pop(channel, None)
+        if d is not None:
+            d.callback(None)
+
+    def close_all(self) -> Deferred[Any]:
+        """Abort every open connection; fires once all are closed (a stopped server keeps none)."""
+        waits = []
+        for channel in list(self.channels):
+            d: Deferred[None] = Deferred()
+            self._closing[channel] = d
+            waits.append(d)
+            channel.transport.abortConnection()
+        return DeferredList(waits, consumeErrors=True)
 
     def buildProtocol(self, addr: Any) -> RemotingProtocol:
         p = RemotingProtocol(self.dispatcher)

@@ -61,7 +61,9 @@ def test_offsets_file_uses_unquoted_int_keys(tmp_path: Path) -> None:
 
 
 def test_java_written_offsets_load(tmp_path: Path) -> None:
-    (tmp_path / "consumerOffset.json").write_text('{"offsetTable":{"TopicTest@cg1":{0:120,1:118},"%RETRY%cg1@cg1":{0:3}}}')
+    (tmp_path / "consumerOffset.json").write_text(
+        '{"offsetTable":{"TopicTest@cg1":{0:120,1:118},"%RETRY%cg1@cg1":{0:3}}}'
+    )
     offsets = ConsumerOffsetManager(tmp_path)
     offsets.load()
     assert offsets.query_offset("cg1", "%RETRY%cg1", 0) == 3
