@@ -36,7 +36,7 @@ def test_bad_value_names_key_and_file() -> None:
 
 
 def test_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.conf"):
+    with pytest.raises(ConfigError, match=r"nope\.conf"):
         load_properties(tmp_path / "nope.conf")
 
 
