@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.servers import GatewayServers
-from gateway.remoting.codec import FrameDecoder
+from gateway.remoting.codec import FrameDecoder, ProtocolError
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, decode_records
@@ -102,14 +102,19 @@ class _Conn:
             self.sel.modify(self.sock, _READ, self)
 
     def read(self) -> list[RemotingCommand] | None:
-        """The responses that arrived; None once the peer has closed the connection."""
+        """The responses that arrived; None once the connection is unusable (closed, reset, bad frame)."""
         try:
             data = self.sock.recv(1 << 18)
         except BlockingIOError:
             return []
         except OSError:
             return None
-        return self.decoder.feed(data) if data else None
+        if not data:
+            return None
+        try:
+            return self.decoder.feed(data)
+        except ProtocolError:
+            return None
 
     def close(self) -> None:
         """Unregister and close."""
@@ -210,7 +215,7 @@ def _send_worker(plan: SendPlan, conn_ids: list[int], barrier: Any, pipe: Any) -
             cmds = c.read()
             now = time.monotonic_ns()
             if cmds is None:
-                failures["connection closed with requests in flight"] += len(c.inflight)
+                failures["connection lost with requests in flight"] += len(c.inflight)
                 c.inflight.clear()
                 c.close()
                 active.discard(c)
@@ -342,7 +347,7 @@ def run_drain(
                 continue
             cmds = c.read()
             if cmds is None:
-                raise SetupError(f"{c.addr} closed a pull connection")
+                raise SetupError(f"lost a pull connection to {c.addr}")
             now = time.monotonic_ns()
             for cmd in cmds:
                 cur = inflight.pop((c, cmd.opaque), None)
@@ -713,8 +718,8 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
         return results
     ends = {q: max_offset(q, args.topic) for q in queues}
     meter = CpuMeter(broker_pid)
-    meter.start()
     profiler.start("drain")
+    meter.start()
     res = run_drain(
         plan, {q: (starts[q], ends[q]) for q in queues}, "benchmark_consumer", args.pull_batch, args.pull_window,
         args.pull_connections, args.timeout,

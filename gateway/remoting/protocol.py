@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
+from twisted.protocols.policies import TimeoutMixin
 from zope.interface import implementer
 
 from .codec import FrameDecoder, ProtocolError, encode_parts
@@ -33,12 +34,19 @@ class RemotingTimeoutError(Exception):
 
 
 @implementer(IPushProducer)
-class RemotingProtocol(Protocol):
-    """A remoting connection (server or client side)."""
+class RemotingProtocol(Protocol, TimeoutMixin):
+    """A remoting connection (server or client side).
 
-    def __init__(self, dispatcher: RequestDispatcher | None = None, clock: Any = None) -> None:
+    With ``idle_timeout`` (seconds) a connection that reads nothing for that long is closed, as
+    Java's IdleStateHandler does (``serverChannelMaxIdleTimeSeconds``, 120 s).
+    """
+
+    def __init__(
+        self, dispatcher: RequestDispatcher | None = None, clock: Any = None, idle_timeout: float | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.clock = clock
+        self.idle_timeout = idle_timeout
         self.decoder = FrameDecoder()
         self.pending: dict[int, Deferred[RemotingCommand]] = {}
         self.connected_ = False
@@ -60,6 +68,9 @@ class RemotingProtocol(Protocol):
             from twisted.internet import reactor
 
             self.clock = reactor
+        if self.idle_timeout:
+            self.callLater = self.clock.callLater
+            self.setTimeout(self.idle_timeout)
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if self.dispatcher is not None:
@@ -67,6 +78,7 @@ class RemotingProtocol(Protocol):
 
     def connectionLost(self, reason: Any = None) -> None:
         self.connected_ = False
+        self.setTimeout(None)
         pending, self.pending = self.pending, {}
         for d in pending.values():
             d.errback(error.ConnectionLost(f"connection to {self.peer} lost"))
@@ -86,7 +98,13 @@ class RemotingProtocol(Protocol):
 
     # -- input
 
+    def timeoutConnection(self) -> None:
+        log.info("closing idle connection {peer}", peer=self.peer)
+        self.transport.abortConnection()
+
     def dataReceived(self, data: bytes) -> None:
+        if self.timeOut:
+            self.resetTimeout()
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as e:
@@ -150,8 +168,9 @@ def _failed(exc: Exception) -> Deferred[Any]:
 class RemotingServerFactory(Factory):
     """Server connections that share one dispatcher."""
 
-    def __init__(self, dispatcher: RequestDispatcher) -> None:
+    def __init__(self, dispatcher: RequestDispatcher, idle_timeout: float | None = 120.0) -> None:
         self.dispatcher = dispatcher
+        self.idle_timeout = idle_timeout
         self.channels: set[RemotingProtocol] = set()
         self._closing: dict[RemotingProtocol, Deferred[None]] = {}
         dispatcher.on_channel_opened.append(self.channels.add)
@@ -174,6 +193,6 @@ class RemotingServerFactory(Factory):
         return DeferredList(waits, consumeErrors=True)
 
     def buildProtocol(self, addr: Any) -> RemotingProtocol:
-        p = RemotingProtocol(self.dispatcher)
+        p = RemotingProtocol(self.dispatcher, idle_timeout=self.idle_timeout)
         p.factory = self
         return p
