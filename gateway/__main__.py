@@ -75,6 +75,9 @@ class GatewayService(Service):
         self.broker.config.namesrvAddr = f"{host}:{self.namesrv.port}"
         self.broker.startService()
 
+    def when_ready(self) -> Any:
+        return self.broker.when_ready()
+
     @inlineCallbacks
     def stopService(self) -> Any:
         super().stopService()

@@ -27,12 +27,16 @@ def start_logging(level: str = "info") -> None:
 
 
 def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[IService]], str]) -> None:
-    """Build services with the reactor, start them, print the ready line, stop them cleanly on Ctrl-C."""
+    """Build services with the reactor, start them, print the ready line once every service is ready,
+    and stop them cleanly on Ctrl-C."""
 
-    def main(reactor: Any) -> defer.Deferred[None]:
+    @defer.inlineCallbacks
+    def main(reactor: Any) -> Any:
         services = build(reactor)
         for svc in services:
             svc.startService()
+        # A service may say when it is really ready (a broker: registered with its NameServers).
+        yield defer.gatherResults([defer.maybeDeferred(getattr(s, "when_ready", lambda: None)) for s in services])
         print(ready(services), flush=True)
 
         @defer.inlineCallbacks
@@ -41,7 +45,7 @@ def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[I
                 yield defer.maybeDeferred(svc.stopService)
 
         reactor.addSystemEventTrigger("before", "shutdown", stop)
-        return defer.Deferred()  # runs until the reactor is stopped (SIGINT/SIGTERM)
+        yield defer.Deferred()  # runs until the reactor is stopped (SIGINT/SIGTERM)
 
     try:
         task.react(main)

@@ -11,6 +11,7 @@ from typing import Any
 
 from twisted.application import service
 from twisted.internet import defer, task
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from gateway.remoting.client import RemotingClient
@@ -71,6 +72,7 @@ class BrokerController(service.Service):
         self.dispatcher.on_channel_closed.append(self._channel_closed)
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher)
+        self.vip_factory: RemotingServerFactory | None = None
         self.namesrv_client = RemotingClient(reactor)
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.flush_service: FlushService | None = None
@@ -78,6 +80,7 @@ class BrokerController(service.Service):
         self.store_host = b""
         self.ports: list[Any] = []
         self._loops: list[task.LoopingCall] = []
+        self._registered: defer.Deferred[Any] = defer.succeed(None)
         self.boot_timestamp = int(time.time() * 1000)
         self.put_total = 0
         self.get_total = 0
@@ -98,13 +101,15 @@ class BrokerController(service.Service):
         port = self.reactor.listenTCP(self.config.listenPort, self.factory, interface=self.config.bindAddress)
         self.ports.append(port)
         self.config.listenPort = port.getHost().port
+        self._listen_vip()
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
         self.flush_service = FlushService(self.store, self.store_config, self.reactor)
         self.flush_service.start()
         if self.store_config.flushDiskType == "SYNC_FLUSH":
             self.sync_flush_waiter = self.flush_service.wait_for_flush
         period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
-        self._every(period, self.registration.register_all)
+        self._registered = self.registration.register_all()
+        self._every(period, self.registration.register_all, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
@@ -114,6 +119,23 @@ class BrokerController(service.Service):
             addr=self.config.broker_addr,
             namesrv=self.config.namesrvAddr,
         )
+
+    def when_ready(self) -> defer.Deferred[Any]:
+        """Fires once the first registration with every NameServer has been answered (or failed)."""
+        return self._registered
+
+    def _listen_vip(self) -> None:
+        """The "VIP" channel on listenPort - 2: everything but pulls (clients with vipChannelEnabled)."""
+        if self.config.listenPort <= 2:
+            return
+        pulls = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE}
+        self.vip_factory = RemotingServerFactory(self.dispatcher.without(pulls))
+        try:
+            self.ports.append(
+                self.reactor.listenTCP(self.config.listenPort - 2, self.vip_factory, interface=self.config.bindAddress)
+            )
+        except CannotListenError as e:
+            log.warn("VIP channel not available: {error}", error=e)
 
     def _every(self, seconds: float, fn: Any, now: bool = True) -> None:
         loop = task.LoopingCall(fn)
@@ -134,6 +156,8 @@ class BrokerController(service.Service):
             yield port.stopListening()
         self.ports.clear()
         yield self.factory.close_all()
+        if self.vip_factory is not None:
+            yield self.vip_factory.close_all()
         self.hold_service.shutdown()
         if self.flush_service is not None:
             yield self.flush_service.stop()

@@ -37,6 +37,15 @@ class RequestDispatcher:
         self.on_channel_closed: list[Callable[[RemotingProtocol], None]] = []
         self.on_channel_opened: list[Callable[[RemotingProtocol], None]] = []
 
+    def without(self, codes: set[int]) -> RequestDispatcher:
+        """A dispatcher serving the same handlers except ``codes``, sharing hooks and listeners."""
+        other = RequestDispatcher(answer_unknown=self.answer_unknown)
+        other._handlers = {c: h for c, h in self._handlers.items() if c not in codes}
+        other.hooks = self.hooks
+        other.on_channel_closed = self.on_channel_closed
+        other.on_channel_opened = self.on_channel_opened
+        return other
+
     def register(self, code: int, handler: Handler) -> None:
         self._handlers[int(code)] = handler
 

@@ -55,6 +55,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self.peer_port = 0
         # Free-form per-connection state for services (client id, ACL identity...).
         self.attributes: dict[str, Any] = {}
+        self.factory: Any = None
 
     # -- connection lifecycle
 
@@ -73,6 +74,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             self.setTimeout(self.idle_timeout)
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
+        if isinstance(self.factory, RemotingServerFactory):
+            self.factory.opened(self)
         if self.dispatcher is not None:
             self.dispatcher.channel_opened(self)
 
@@ -82,6 +85,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         pending, self.pending = self.pending, {}
         for d in pending.values():
             d.errback(error.ConnectionLost(f"connection to {self.peer} lost"))
+        if isinstance(self.factory, RemotingServerFactory):
+            self.factory.closed(self)
         if self.dispatcher is not None:
             self.dispatcher.channel_closed(self)
 
@@ -168,15 +173,18 @@ def _failed(exc: Exception) -> Deferred[Any]:
 class RemotingServerFactory(Factory):
     """Server connections that share one dispatcher."""
 
+    noisy = False
+
     def __init__(self, dispatcher: RequestDispatcher, idle_timeout: float | None = 120.0) -> None:
         self.dispatcher = dispatcher
         self.idle_timeout = idle_timeout
         self.channels: set[RemotingProtocol] = set()
         self._closing: dict[RemotingProtocol, Deferred[None]] = {}
-        dispatcher.on_channel_opened.append(self.channels.add)
-        dispatcher.on_channel_closed.append(self._closed)
 
-    def _closed(self, channel: RemotingProtocol) -> None:
+    def opened(self, channel: RemotingProtocol) -> None:
+        self.channels.add(channel)
+
+    def closed(self, channel: RemotingProtocol) -> None:
         self.channels.discard(channel)
         d = self._closing.pop(channel, None)
         if d is not None:
