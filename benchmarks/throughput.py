@@ -23,6 +23,7 @@ import json
 import multiprocessing
 import os
 import platform
+import re
 import selectors
 import signal
 import socket
@@ -56,6 +57,8 @@ from .wire import (
 APACHE_SEND = 37000.0
 APACHE_DRAIN = 250000.0
 MB = 1_000_000
+_LINE_NO = re.compile(r":\d+\)$")
+_PROJECT_FRAME = "(gateway/"
 _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 
@@ -360,7 +363,7 @@ def run_drain(
                     n, size, ok = scan_records(cmd.body, cur.offset, cur.end)
                     if not ok:
                         res.problems.append(f"malformed PULL body from {cur.queue} at offset {cur.offset}")
-                    if not sampled:
+                    elif not sampled:
                         res.problems.extend(_check_sample(cmd.body, plan))
                         sampled = True
                     res.messages += n
@@ -374,8 +377,9 @@ def run_drain(
                 elif cmd.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
                     # Not dispatched yet (the consume queue lags the commitlog): ask again shortly.
                     cur.offset = max(cur.offset, next_offset)
-                    cur.retry_at = now + (10_000_000 if cmd.code == ResponseCode.PULL_NOT_FOUND else 0)
-                    waiting.append(cur)
+                    if cur.offset < cur.end:
+                        cur.retry_at = now + (10_000_000 if cmd.code == ResponseCode.PULL_NOT_FOUND else 0)
+                        waiting.append(cur)
                 else:
                     res.problems.append(f"{cur.queue} offset {cur.offset}: code {cmd.code} {cmd.remark}")
     if inflight or waiting:
@@ -452,15 +456,26 @@ class Profiler:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / f"{phase}.txt"
         self.proc = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(self.pid), "--rate", "200", "--format", "raw", "--nonblocking",
-             "--output", str(self.path)],
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(self.pid),
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--output",
+                str(self.path),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # let it attach before the load starts
 
-    def stop(self, top: int = 12) -> list[str]:
-        """Detach; the lines of a self-time table of the hottest functions."""
+    def stop(self, top: int = 10) -> list[str]:
+        """Detach; lines giving the functions with the most samples, on top of the stack and anywhere in it."""
         if self.proc is None or self.path is None:
             return []
         self.proc.send_signal(signal.SIGINT)
@@ -473,15 +488,24 @@ class Profiler:
         if not self.path.exists():
             return [f"py-spy wrote nothing to {self.path}"]
         own: collections.Counter[str] = collections.Counter()
+        ours: collections.Counter[str] = collections.Counter()
         total = 0
         for line in self.path.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             if not stack or not count.isdigit():
                 continue
-            total += int(count)
-            own[stack.rpartition(";")[2]] += int(count)
-        lines = [f"py-spy {self.path} ({total} samples); top self time:"]
-        lines += [f"  {n * 100 / total:5.1f}%  {frame}" for frame, n in own.most_common(top)] if total else []
+            n = int(count)
+            total += n
+            # Frames look like "func (path/file.py:123)"; count per function, not per line.
+            frames = [_LINE_NO.sub(")", f) for f in stack.split(";")]
+            own[frames[-1]] += n
+            ours[next((f for f in reversed(frames) if _PROJECT_FRAME in f), frames[-1])] += n
+        if not total:
+            return [f"py-spy {self.path}: no samples"]
+        lines = [f"py-spy {self.path} ({total} samples); self time:"]
+        lines += [f"  {n * 100 / total:5.1f}%  {frame}" for frame, n in own.most_common(top)]
+        lines.append("  by innermost gateway function (the reactor's own work shows as the entry point):")
+        lines += [f"  {n * 100 / total:5.1f}%  {frame}" for frame, n in ours.most_common(top)]
         return lines
 
 
@@ -489,6 +513,7 @@ class Profiler:
 
 
 def _percentile(sorted_values: array.array, q: float) -> float:
+    """The ``q`` quantile of sorted microsecond values, in milliseconds."""
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] / 1000.0
 
 
@@ -556,6 +581,7 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
 
 
 def _code_name(code: int) -> str:
+    """``"17 TOPIC_NOT_EXIST"``, or just the number for codes we do not know."""
     try:
         return f"{code} {ResponseCode(code).name}"
     except ValueError:
@@ -566,14 +592,17 @@ def _code_name(code: int) -> str:
 
 
 def _fmt(v: float | None, spec: str) -> str:
+    """``v`` formatted, or ``-`` when there is no value."""
     return "-" if v is None else format(v, spec)
 
 
 def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     """The compact table printed at the end."""
     s, d = results["send"], results.get("drain")
-    rows = [f"{'phase':<6}{'msgs':>9}{'secs':>7}{'msgs/s':>10}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
-            f"{'p999 ms':>9}{'baseline':>10}{'ratio':>7}"]
+    rows = [
+        f"{'phase':<6}{'msgs':>9}{'secs':>7}{'msgs/s':>10}{'MB/s':>8}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'p999 ms':>9}{'baseline':>10}{'ratio':>7}"
+    ]
     for name, r in (("send", s), ("drain", d)):
         if r is None:
             continue
@@ -583,7 +612,7 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
             f"{_fmt(r.get('p50_ms'), '.2f'):>8}{_fmt(r.get('p99_ms'), '.2f'):>8}{_fmt(r.get('p999_ms'), '.2f'):>9}"
             f"{_fmt(base, '.0f'):>10}{_fmt(r['rate'] / base if base else None, '.2f'):>7}"
         )
-    if baseline.get("send_p99"):
+    if baseline.get("send_p99") and s["p99_ms"]:
         rows.append(
             f"{'':<6}baseline latency p50 {baseline['send_p50']:.2f} ms, p99 {baseline['send_p99']:.2f} ms "
             f"(ratio p50 {s['p50_ms'] / baseline['send_p50']:.2f}, p99 {s['p99_ms'] / baseline['send_p99']:.2f})"
@@ -591,12 +620,15 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     rows.append(f"baseline: {baseline['source']}")
     errors = ", ".join(f"{k}: {v}" for k, v in s["errors"].items()) or "none"
     rows.append(f"send errors: {errors}")
-    if results.get("busy_before", 0) > 0.15:
+    if (results.get("busy_before") or 0) > 0.15:
         rows.append(f"WARNING: the machine was {results['busy_before'] * 100:.0f}% busy before the run")
-    rows.append("cpu send:  " + _cpu_line("generator", s["generator_cpu"], s["broker_cpu"], s["machine_cpu"]))
+    rows.append(
+        "cpu send:  " + _cpu_line("generator", s["generator_cpu"], s["broker_cpu"], s["machine_cpu"], s["rate"])
+    )
     if d is not None:
-        rows.append("cpu drain: " + _cpu_line("consumer", [d["consumer_cpu"]], d["broker_cpu"], d["machine_cpu"]))
-    if d is not None:
+        rows.append(
+            "cpu drain: " + _cpu_line("consumer", [d["consumer_cpu"]], d["broker_cpu"], d["machine_cpu"], d["rate"])
+        )
         rows.append(f"verify: {d['verify']}")
     for r in (s, d):
         if r is not None and r.get("hot_spots"):
@@ -604,11 +636,13 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-def _cpu_line(client: str, client_cores: list[float], broker: float | None, machine: float | None) -> str:
-    """Client and broker CPU in % of one core, the machine's busy cores, and what the rest of it used."""
+def _cpu_line(client: str, client_cores: list[float], broker: float | None, machine: float | None, rate: float) -> str:
+    """Client and broker CPU in % of one core (broker also per message), the machine's busy cores, the rest."""
     ncpu = os.cpu_count() or 1
     line = f"{client} {' + '.join(f'{c * 100:.0f}%' for c in client_cores)}, broker "
     line += "n/a" if broker is None else f"{broker * 100:.0f}%"
+    if broker is not None and rate > 0:
+        line += f" ({broker * 1e6 / rate:.0f} us CPU/msg)"
     if machine is not None:
         line += f", machine {machine * ncpu:.2f} of {ncpu} cores busy"
         if broker is not None:
@@ -642,15 +676,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__.split("\n\n")[0])
     target = p.add_argument_group("target")
     target.add_argument("--namesrv", help="HOST:PORT of a running NameServer; default: start our servers")
-    target.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH"), default="ASYNC_FLUSH",
-                        help="flushDiskType of the servers we start (default ASYNC_FLUSH)")
-    target.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra broker.conf line for the servers we start (repeatable)")
+    target.add_argument(
+        "--flush",
+        choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
+        default="ASYNC_FLUSH",
+        help="flushDiskType of the servers we start (default ASYNC_FLUSH)",
+    )
+    target.add_argument(
+        "--broker-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker.conf line for the servers we start (repeatable)",
+    )
     target.add_argument("--broker-pid", type=int, help="pid of an external broker, for its CPU use and --profile")
     load = p.add_argument_group("load")
     load.add_argument("--topic", default="BenchmarkThroughput")
-    load.add_argument("--create", choices=("auto", "admin"), default="auto",
-                      help="create a missing topic through TBW102 (auto) or UPDATE_AND_CREATE_TOPIC (admin)")
+    load.add_argument(
+        "--create",
+        choices=("auto", "admin"),
+        default="auto",
+        help="create a missing topic through TBW102 (auto) or UPDATE_AND_CREATE_TOPIC (admin)",
+    )
     load.add_argument("--queues", type=int, default=8, help="queues of a created topic (default 8)")
     load.add_argument("--size", type=int, default=1024, help="message body bytes (default 1024)")
     load.add_argument("--tag", default="TagA")
@@ -670,13 +717,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     out.add_argument("--baseline-drain", type=float, default=APACHE_DRAIN)
     out.add_argument("--save", metavar="JSON", help="write the results here")
     out.add_argument("--compare", metavar="JSON", help="ratios against a run saved with --save")
-    out.add_argument("--profile", metavar="DIR", type=Path,
-                     help="py-spy the (Python) broker during each phase; collapsed stacks go to DIR")
+    out.add_argument(
+        "--profile",
+        metavar="DIR",
+        type=Path,
+        help="py-spy the (Python) broker during each phase; collapsed stacks go to DIR",
+    )
     args = p.parse_args(argv)
-    for name in ("queues", "size", "connections", "window", "procs", "messages", "pull_batch", "pull_window",
-                 "pull_connections"):
+    for name in (
+        "queues",
+        "size",
+        "connections",
+        "window",
+        "procs",
+        "messages",
+        "pull_batch",
+        "pull_window",
+        "pull_connections",
+    ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if any("=" not in kv for kv in args.broker_set):
+        p.error("--broker-set takes KEY=VALUE")
     if not 0 < args.duration <= 3600 or not 0 < args.timeout <= 3600:
         p.error("--duration and --timeout must be in (0, 3600] seconds")
     return args
@@ -689,9 +751,17 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
     queues = ensure_topic(namesrv, args.topic, args.queues, args.create, builder)
     starts = {q: max_offset(q, args.topic) for q in queues}
     plan = SendPlan(
-        topic=args.topic, producer_group="benchmark_producer", tag=args.tag, body=body,
-        default_queue_nums=args.queues, queues=tuple(queues), connections=args.connections, window=args.window,
-        duration=args.duration, messages=args.messages, timeout=args.timeout,
+        topic=args.topic,
+        producer_group="benchmark_producer",
+        tag=args.tag,
+        body=body,
+        default_queue_nums=args.queues,
+        queues=tuple(queues),
+        connections=args.connections,
+        window=args.window,
+        duration=args.duration,
+        messages=args.messages,
+        timeout=args.timeout,
     )
     profiler = Profiler(broker_pid, args.profile)
     idle = CpuMeter(None)
@@ -721,8 +791,13 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
     profiler.start("drain")
     meter.start()
     res = run_drain(
-        plan, {q: (starts[q], ends[q]) for q in queues}, "benchmark_consumer", args.pull_batch, args.pull_window,
-        args.pull_connections, args.timeout,
+        plan,
+        {q: (starts[q], ends[q]) for q in queues},
+        "benchmark_consumer",
+        args.pull_batch,
+        args.pull_window,
+        args.pull_connections,
+        args.timeout,
     )
     hot = profiler.stop()
     meter.stop()
@@ -741,7 +816,7 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
         "record_mb_s": res.record_bytes / MB / res.seconds if res.seconds > 0 else 0.0,
         "pulls": res.pulls,
         "codes": {_code_name(c): n for c, n in res.codes.items()},
-        "consumer_cpu": res.cpu / res.seconds if res.seconds > 0 else None,
+        "consumer_cpu": res.cpu / res.seconds if res.seconds > 0 else 0.0,
         "broker_cpu": meter.broker,
         "machine_cpu": meter.machine,
         "verify": "; ".join(problems[:10]) if problems else f"OK, {res.messages} sent = drained, offsets match",
@@ -770,7 +845,11 @@ def main(argv: list[str] | None = None) -> int:
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-bench-"))
                 extra = dict(kv.split("=", 1) for kv in args.broker_set)
                 extra["flushDiskType"] = args.flush
-                servers = GatewayServers(Path(tmp), extra_config=extra).start()
+                servers = GatewayServers(Path(tmp), extra_config=extra)
+                try:
+                    servers.start()
+                except RuntimeError:  # no ready line in time; the log is printed below
+                    raise SetupError("our servers did not start") from None
                 stack.callback(servers.stop)
                 pid = servers.proc.pid
                 results = benchmark(args, servers.namesrv_addr, pid, f"rocketmq-gateway {args.flush} (pid {pid})")

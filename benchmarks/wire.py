@@ -43,11 +43,8 @@ STORED_CODES = frozenset(
 )
 
 _BROKER_MARKER = b"\\u0000BROKER\\u0000"
-_PREFIX = struct.Struct(">ii")
 _II = struct.Struct(">ii")
 _Q = struct.Struct(">q")
-
-
 T = TypeVar("T")
 
 
@@ -101,24 +98,23 @@ def get_route(namesrv: str, topic: str) -> TopicRouteData | None:
 
 
 def route_queues(route: TopicRouteData, perm: int = PermName.PERM_WRITE) -> list[QueueRef]:
-    """The queues of a route whose broker has a master and whose perm includes ``perm``, writable first."""
+    """The write queues of a route on brokers that have a master and whose topic perm includes ``perm``."""
     masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
     out = []
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
         addr = masters.get(qd.broker_name)
         if addr and qd.perm & perm:
-            nums = qd.write_queue_nums if perm == PermName.PERM_WRITE else qd.read_queue_nums
-            out.extend(QueueRef(qd.broker_name, addr, q) for q in range(nums))
+            out.extend(QueueRef(qd.broker_name, addr, q) for q in range(qd.write_queue_nums))
     return out
 
 
-def _masters(namesrv: str) -> list[tuple[str, str]]:
-    """(broker name, master address) of every broker the NameServer knows."""
+def _masters(namesrv: str) -> list[str]:
+    """The master address of every broker the NameServer knows."""
     resp = rpc(namesrv, java_request(RequestCode.GET_BROKER_CLUSTER_INFO))
     if resp.code != ResponseCode.SUCCESS:
         raise SetupError(f"cluster info: code {resp.code} {resp.remark}")
     info = ClusterInfo.from_json(fastjson.loads(resp.body))
-    return sorted((bd.broker_name, addr) for bd in info.broker_addr_table.values() if (addr := bd.master_addr()))
+    return sorted(addr for bd in info.broker_addr_table.values() if (addr := bd.master_addr()))
 
 
 def _poll(fn: Callable[[], T], what: str, timeout: float = 15.0) -> T:
@@ -153,10 +149,15 @@ def ensure_topic(namesrv: str, topic: str, queues: int, mode: str, builder: Send
                     raise SetupError(f"auto-create of {topic} on {addr}: code {resp.code} {resp.remark}")
         else:
             header = CreateTopicRequestHeader(
-                topic=topic, default_topic=DEFAULT_TOPIC, read_queue_nums=queues, write_queue_nums=queues,
-                perm=PermName.PERM_READ | PermName.PERM_WRITE, topic_filter_type="SINGLE_TAG", topic_sys_flag=0,
+                topic=topic,
+                default_topic=DEFAULT_TOPIC,
+                read_queue_nums=queues,
+                write_queue_nums=queues,
+                perm=PermName.PERM_READ | PermName.PERM_WRITE,
+                topic_filter_type="SINGLE_TAG",
+                topic_sys_flag=0,
             )
-            for _name, addr in masters:
+            for addr in masters:
                 resp = rpc(addr, java_request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
                 if resp.code != ResponseCode.SUCCESS:
                     raise SetupError(f"UPDATE_AND_CREATE_TOPIC on {addr}: code {resp.code} {resp.remark}")
@@ -209,8 +210,18 @@ class SendFrameBuilder:
         header = {
             "code": RequestCode.SEND_MESSAGE_V2,
             "extFields": {
-                "a": group, "b": topic, "c": DEFAULT_TOPIC, "d": str(default_queue_nums), "e": "\x00QUEUE\x00",
-                "f": "0", "g": "\x00BORN\x00", "h": "0", "i": props, "j": "0", "k": "false", "m": "false",
+                "a": group,
+                "b": topic,
+                "c": DEFAULT_TOPIC,
+                "d": str(default_queue_nums),
+                "e": "\x00QUEUE\x00",
+                "f": "0",
+                "g": "\x00BORN\x00",
+                "h": "0",
+                "i": props,
+                "j": "0",
+                "k": "false",
+                "m": "false",
                 "n": "\x00BROKER\x00",
             },
             "flag": 0,
@@ -239,7 +250,7 @@ class SendFrameBuilder:
         since_month = (now - self.month_start_ms) & 0xFFFFFFFF
         body = self.body
         blen = len(body)
-        pack = _PREFIX.pack
+        pack = _II.pack
         out = []
         counter = self.counter
         for i, qid in enumerate(queue_ids):
@@ -259,9 +270,18 @@ class SendFrameBuilder:
 def pull_frame(group: str, queue: QueueRef, topic: str, offset: int, max_nums: int, opaque: int) -> bytes:
     """PULL_MESSAGE as a pull/lite-pull consumer sends it: subscription ``*`` in the header, no suspend."""
     header = PullMessageRequestHeader(
-        consumer_group=group, topic=topic, queue_id=queue.queue_id, queue_offset=offset, max_msg_nums=max_nums,
-        sys_flag=PullSysFlag.SUBSCRIPTION, commit_offset=0, suspend_timeout_millis=20000, subscription="*",
-        sub_version=0, expression_type="TAG", bname=queue.broker_name,
+        consumer_group=group,
+        topic=topic,
+        queue_id=queue.queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_nums,
+        sys_flag=PullSysFlag.SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=20000,
+        subscription="*",
+        sub_version=0,
+        expression_type="TAG",
+        bname=queue.broker_name,
     )
     cmd = java_request(RequestCode.PULL_MESSAGE, header.encode())
     cmd.opaque = opaque

@@ -52,8 +52,9 @@ def _format(v: Any) -> str:
 class CommandHeader:
     """Base of header dataclasses; subclasses declare fields with :func:`wire`."""
 
-    # (attribute, wire key, parser, required, default) — built on first use.
+    # (attribute, wire key, parser, required, default) and the generated decoder — built on first use.
     _spec: ClassVar[tuple[tuple[str, str, Any, bool, Any], ...]]
+    _decoder: ClassVar[Any]
 
     @classmethod
     def _fields_spec(cls, names: dict[str, str] | None = None) -> tuple[tuple[str, str, Any, bool, Any], ...]:
@@ -66,30 +67,46 @@ class CommandHeader:
         return tuple(spec)
 
     @classmethod
-    def _decode_with(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...], ext: dict[str, str] | None) -> Self:
-        ext = ext or {}
-        kwargs = {}
-        for attr, key, parse, required, default in spec:
-            raw = ext.get(key)
-            value = default
-            if raw is not None:
-                try:
-                    value = parse(raw)
-                except ValueError:
-                    value = default  # Java logs and leaves the field unset
-            if value is None and required:
-                raise HeaderError(f"the custom field <{attr}> is null")
-            kwargs[attr] = value
-        return cls(**kwargs)
+    def _compile_decoder(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...]) -> Any:
+        """Generate a decoder for ``spec`` once: headers are decoded on every request (the send hot path)."""
+        lines = ["def decode(ext):", "    g = (ext or {}).get"]
+        env: dict[str, Any] = {"HeaderError": HeaderError, "_to_int": _to_int, "cls": cls}
+        args = []
+        for i, (attr, key, parse, required, default) in enumerate(spec):
+            v = f"v{i}"
+            env[f"d{i}"] = default
+            lines.append(f"    {v} = g({key!r})")
+            if parse is _to_int:
+                lines += [
+                    f"    if {v} is not None:",
+                    f"        if {v}.isascii() and {v}.isdigit() and len({v}) < 19:",
+                    f"            {v} = int({v})",
+                    "        else:",
+                    "            try:",
+                    f"                {v} = _to_int({v})",
+                    "            except ValueError:",
+                    f"                {v} = None  # Java logs and leaves the field unset",
+                ]
+            elif parse is _to_bool:
+                lines.append(f"    if {v} is not None: {v} = {v}.lower() == 'true'")
+            lines.append(f"    if {v} is None:")
+            if required:
+                lines.append(f"        raise HeaderError('the custom field <{attr}> is null')")
+            else:
+                lines.append(f"        {v} = d{i}")
+            args.append(f"{attr}={v}")
+        lines.append(f"    return cls({', '.join(args)})")
+        exec("\n".join(lines), env)
+        return env["decode"]
 
     @classmethod
     def decode(cls, ext: dict[str, str] | None) -> Self:
         """Build the header from a command's extFields."""
-        spec = cls.__dict__.get("_spec")
-        if spec is None:
-            spec = cls._fields_spec()
-            cls._spec = spec
-        return cls._decode_with(spec, ext)
+        decoder = cls.__dict__.get("_decoder")
+        if decoder is None:
+            decoder = cls._compile_decoder(cls._fields_spec())
+            cls._decoder = decoder
+        return decoder(ext)
 
     def encode(self) -> dict[str, str]:
         """extFields for this header: non-null fields as strings."""
@@ -143,16 +160,16 @@ class SendMessageRequestHeader(CommandHeader):
         "batch": "m",
         "bname": "n",
     }
-    _spec_v2: ClassVar[tuple[tuple[str, str, Any, bool, Any], ...]]
+    _decoder_v2: ClassVar[Any]
 
     @classmethod
     def decode_v2(cls, ext: dict[str, str] | None) -> SendMessageRequestHeader:
         """From SendMessageRequestHeaderV2's one-letter keys."""
-        spec = cls.__dict__.get("_spec_v2")
-        if spec is None:
-            spec = cls._fields_spec(cls.V2_NAMES)
-            cls._spec_v2 = spec
-        return cls._decode_with(spec, ext)
+        decoder = cls.__dict__.get("_decoder_v2")
+        if decoder is None:
+            decoder = cls._compile_decoder(cls._fields_spec(cls.V2_NAMES))
+            cls._decoder_v2 = decoder
+        return decoder(ext)
 
     def encode_v2(self) -> dict[str, str]:
         """extFields with one-letter keys, as Java producers send."""
@@ -422,3 +439,81 @@ class ConsumerSendMsgBackRequestHeader(CommandHeader):
     unit_mode: bool = wire("unitMode", bool, default=False)
     max_reconsume_times: int | None = wire("maxReconsumeTimes", int)
     bname: str | None = wire("bname")
+
+
+# ---------------------------------------------------------------------------- transactions and request/reply
+
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader(CommandHeader):
+    """END_TRANSACTION (37), oneway: commit (8), roll back (12) or leave (0) a half message."""
+
+    producer_group: str = wire("producerGroup", required=True)
+    tran_state_table_offset: int = wire("tranStateTableOffset", int, required=True)
+    commit_log_offset: int = wire("commitLogOffset", int, required=True)
+    commit_or_rollback: int = wire("commitOrRollback", int, required=True)
+    from_transaction_check: bool = wire("fromTransactionCheck", bool, default=False)
+    msg_id: str = wire("msgId", required=True)
+    transaction_id: str | None = wire("transactionId")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader(CommandHeader):
+    """CHECK_TRANSACTION_STATE (39), broker → producer; the body is the half message."""
+
+    tran_state_table_offset: int = wire("tranStateTableOffset", int, required=True)
+    commit_log_offset: int = wire("commitLogOffset", int, required=True)
+    msg_id: str | None = wire("msgId")
+    transaction_id: str | None = wire("transactionId")
+    offset_msg_id: str | None = wire("offsetMsgId")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class ReplyMessageRequestHeader(CommandHeader):
+    """PUSH_REPLY_MESSAGE_TO_CLIENT (326), broker → requester; the body is the reply's body."""
+
+    producer_group: str = wire("producerGroup", required=True)
+    topic: str = wire("topic", required=True)
+    default_topic: str = wire("defaultTopic", required=True)
+    default_topic_queue_nums: int = wire("defaultTopicQueueNums", int, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    sys_flag: int = wire("sysFlag", int, required=True)
+    born_timestamp: int = wire("bornTimestamp", int, required=True)
+    flag: int = wire("flag", int, required=True)
+    born_host: str = wire("bornHost", required=True)
+    store_host: str = wire("storeHost", required=True)
+    store_timestamp: int = wire("storeTimestamp", int, required=True)
+    properties: str | None = wire("properties")
+    reconsume_times: int | None = wire("reconsumeTimes", int)
+    unit_mode: bool = wire("unitMode", bool, default=False)
+
+
+# ---------------------------------------------------------------------------- query / view
+
+
+@dataclass(slots=True)
+class QueryMessageRequestHeader(CommandHeader):
+    """QUERY_MESSAGE (12); extField ``_UNIQUE_KEY_QUERY`` "true" marks ``key`` as a UNIQ_KEY."""
+
+    topic: str = wire("topic", required=True)
+    key: str = wire("key", required=True)
+    max_num: int = wire("maxNum", int, required=True)
+    begin_timestamp: int = wire("beginTimestamp", int, required=True)
+    end_timestamp: int = wire("endTimestamp", int, required=True)
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader(CommandHeader):
+    """Answer to QUERY_MESSAGE; the body is the records found."""
+
+    index_last_update_timestamp: int = wire("indexLastUpdateTimestamp", int, required=True)
+    index_last_update_phyoffset: int = wire("indexLastUpdatePhyoffset", int, required=True)
+
+
+@dataclass(slots=True)
+class ViewMessageRequestHeader(CommandHeader):
+    """VIEW_MESSAGE_BY_ID (33): the commitlog offset of an offsetMsgId."""
+
+    offset: int = wire("offset", int, required=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from functools import lru_cache
 from dataclasses import dataclass, field
 
 # Property separators (MessageDecoder.NAME_VALUE_SEPARATOR / PROPERTY_SEPARATOR).
@@ -41,6 +42,21 @@ class MessageConst:
     TRACE_SWITCH = "TRACE_ON"
     CONSUME_START_TIME = "CONSUME_START_TIME"
     CLUSTER = "CLUSTER"
+    TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    # request/reply
+    CORRELATION_ID = "CORRELATION_ID"
+    MESSAGE_REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    MESSAGE_TTL = "TTL"
+    MESSAGE_TYPE = "MSG_TYPE"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    # 5.x timer messages
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
     KEY_SEPARATOR = " "
 
 
@@ -96,9 +112,14 @@ def java_string_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=4096)
+def _tag_hash(tag: str) -> int:
+    return java_string_hash(tag)
+
+
 def tags_code(tags: str | None) -> int:
-    """Consume-queue tag hash (0 when the message has no tag)."""
-    return java_string_hash(tags) if tags else 0
+    """Consume-queue tag hash (0 when the message has no tag); a topic's few tags are hashed once."""
+    return _tag_hash(tags) if tags else 0
 
 
 _ADDR_V4 = struct.Struct(">4si")
@@ -139,6 +160,7 @@ def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
 # queueOffset, physicalOffset, sysFlag, bornTimestamp.
 _HEAD = struct.Struct(">iiiiiqqiq")
 _HEAD_SIZE = _HEAD.size  # 44
+_SYSFLAG_POS = 36
 _Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 _IQ = struct.Struct(">iq")
@@ -348,6 +370,21 @@ def decode_record(buf: bytes | memoryview, pos: int = 0, *, decompress: bool = F
         store_size=total,
         msg_id=create_offset_message_id(store_host, phy),
     )
+
+
+def decode_properties(record: bytes | memoryview) -> dict[str, str]:
+    """The properties of one whole record, skipping everything else (``MessageDecoder.decodeProperties``)."""
+    try:
+        (sys_flag,) = _I.unpack_from(record, _SYSFLAG_POS)
+        p = _HEAD_SIZE + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8) + 8
+        p += (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + 12
+        (body_len,) = _I.unpack_from(record, p)
+        p += 4 + body_len
+        p += 1 + (record[p] & 0xFF)
+        (props_len,) = _H.unpack_from(record, p)
+        return string_to_properties(bytes(record[p + 2 : p + 2 + props_len]).decode()) if props_len > 0 else {}
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise RecordError(f"bad record: {e}") from None
 
 
 def decode_records(buf: bytes | memoryview, *, decompress: bool = True) -> list[MessageExt]:
