@@ -9,8 +9,8 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
-from functools import lru_cache
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 # Property separators (MessageDecoder.NAME_VALUE_SEPARATOR / PROPERTY_SEPARATOR).
 NAME_VALUE_SEPARATOR = "\x01"
