@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import socket
 import subprocess
@@ -58,6 +57,7 @@ class GatewayServers:
     def start(self, timeout: float = 30.0) -> GatewayServers:
         conf = self.store_dir / "broker.conf"
         self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.namesrv_addr = self.broker_addr = ""
         lines = {
             "brokerClusterName": "DefaultCluster",
             "brokerName": "broker-a",
@@ -78,39 +78,33 @@ class GatewayServers:
             text=True,
             env=env,
         )
-        deadline = time.monotonic() + timeout
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
-            if not ready:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            m = _READY.search(line)
-            if m:
-                self.namesrv_addr, self.broker_addr = m.group(1), m.group(2)
-                self.namesrv_port = int(self.namesrv_addr.rpartition(":")[2])
-                self.broker_port = int(self.broker_addr.rpartition(":")[2])
-                self._drain()
-                return self
-        self.kill()
-        raise RuntimeError("gateway did not start:\n" + "".join(self.output))
-
-    def _drain(self) -> None:
-        # Keep reading the child's output so it never blocks on a full pipe.
+        # One thread reads the child's output from the start (so its pipe never fills); the ready line
+        # is handed over through an event. (select() on a buffered pipe can miss lines already read.)
+        ready = threading.Event()
         proc = self.proc
 
         def pump() -> None:
-            assert proc is not None and proc.stdout is not None
+            assert proc.stdout is not None
             for line in proc.stdout:
                 self.output.append(line)
+                m = _READY.search(line)
+                if m and not ready.is_set():
+                    self.namesrv_addr, self.broker_addr = m.group(1), m.group(2)
+                    ready.set()
+            ready.set()  # EOF: the child died
 
         self._pump = threading.Thread(target=pump, daemon=True)
         self._pump.start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.2):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                break
+        if self.namesrv_addr and proc.poll() is None:
+            self.namesrv_port = int(self.namesrv_addr.rpartition(":")[2])
+            self.broker_port = int(self.broker_addr.rpartition(":")[2])
+            return self
+        self.kill()
+        raise RuntimeError("gateway did not start:\n" + "".join(self.output))
 
     def _reap(self) -> None:
         assert self.proc is not None
