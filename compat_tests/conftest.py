@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from .secure_servers import acl_servers, pki, tls_servers  # noqa: F401 - fixtures of the TLS/ACL tests
 from .servers import GatewayServers
+
+# Delay levels of 1-2 s (the first retry, level 3, waits 2 s) and quick transaction check-backs, so retry,
+# delay and transaction scenarios finish in seconds; RocketMQ's defaults are kept for the tests marked slow.
+FAST_CONFIG = {
+    "messageDelayLevel": "1s 1s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s",
+    "transactionCheckInterval": "1000",
+    "transactionTimeOut": "2000",
+}
 
 
 @pytest.fixture(scope="module")
@@ -22,5 +31,21 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers
 def fresh_servers(tmp_path: Path) -> Iterator[GatewayServers]:
     """Servers of the test's own, for restart and crash scenarios."""
     s = GatewayServers(tmp_path / "gateway").start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture(scope="module")
+def fast_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    """Servers with FAST_CONFIG, shared by one test module."""
+    s = GatewayServers(tmp_path_factory.mktemp("gateway-fast"), FAST_CONFIG).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def fresh_fast_servers(tmp_path: Path) -> Iterator[GatewayServers]:
+    """FAST_CONFIG servers of the test's own, for restarts in the middle of a flow."""
+    s = GatewayServers(tmp_path / "gateway-fast", FAST_CONFIG).start()
     yield s
     s.kill()

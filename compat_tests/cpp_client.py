@@ -10,6 +10,10 @@ crashes, lets the test bound the time, and gives it its own ``HOME`` (it writes 
 * ``consume`` (push consumer): ``{"event": "started"}``, one ``{"event": "msg", ...}`` per delivery,
   then ``{"event": "done", "received": n}``. It stops once ``--expect`` messages arrived and no further
   delivery came for ``--linger`` seconds, or when stdin is closed (``--expect 0``); exit 3 on timeout.
+  With ``--fail-times k`` the callback raises (RECONSUME_LATER) for messages delivered fewer than k times
+  before (reconsumeTimes < k), printing ``{"event": "failed", ...}`` instead. The library hands the callback
+  a whole pull batch and gives the whole batch back at its first failure, so only the first message of a
+  failed batch gets a ``failed`` line.
 * ``pull`` (pull consumer from offset 0 of every queue): one ``msg`` line per message, then ``done``.
 
 ``expected(run, i)`` is the message number ``i`` of a run as the producer builds it; tests compare the
@@ -53,9 +57,11 @@ def _decode(value: bytes | str | None) -> str | None:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _message(client: Any, topic: str, run: str, i: int) -> Any:
+def _message(client: Any, topic: str, run: str, i: int, delay_level: int = 0) -> Any:
     spec = expected(run, i)
     msg = client.Message(topic)
+    if delay_level:
+        msg.set_delay_time_level(delay_level)
     msg.set_body(spec["body"].encode("utf-8"))
     msg.set_tags(spec["tags"])
     msg.set_keys(spec["keys"])
@@ -76,7 +82,15 @@ def _received(msg: Any) -> dict[str, Any]:
         "queue_offset": msg.queue_offset,
         "reconsume_times": msg.reconsume_times,
         "store_size": msg.store_size,
+        "born_timestamp": msg.born_timestamp,
+        "store_timestamp": msg.store_timestamp,
     }
+
+
+def _credentials(client_object: Any, args: argparse.Namespace) -> None:
+    """ACL: the client signs its requests (AccessKey, Signature, OnsChannel ext fields)."""
+    if args.access_key:
+        client_object.set_session_credentials(args.access_key, args.secret_key, args.ons_channel)
 
 
 def produce(args: argparse.Namespace) -> int:
@@ -85,6 +99,7 @@ def produce(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     producer = client.Producer(args.group, timeout=args.send_timeout_ms)
     producer.set_namesrv_addr(args.namesrv)
+    _credentials(producer, args)
     producer.start()
     indexes = list(range(args.start, args.start + args.count))
     sent: set[int] = set()
@@ -103,7 +118,15 @@ def produce(args: argparse.Namespace) -> int:
         return False
 
     def sync_one(batch: list[int]) -> None:
-        result = producer.send_sync(_message(client, args.topic, args.run, batch[0]))
+        result = producer.send_sync(_message(client, args.topic, args.run, batch[0], args.delay_level))
+        if result.status != client.SendStatus.OK:
+            raise RuntimeError(f"status {result.status!r}")
+        sent.add(batch[0])
+        _emit(lock, event="sent", i=batch[0], msg_id=result.msg_id, offset=result.offset)
+
+    def orderly_one(batch: list[int]) -> None:
+        # send_orderly's default selector: message i goes to queue (i % order_keys) % queues, one queue per key.
+        result = producer.send_orderly(_message(client, args.topic, args.run, batch[0]), batch[0] % args.order_keys)
         if result.status != client.SendStatus.OK:
             raise RuntimeError(f"status {result.status!r}")
         sent.add(batch[0])
@@ -159,9 +182,8 @@ def produce(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             os._exit(EXIT_TIMEOUT)
     else:
-        send, size = {"sync": (sync_one, 1), "oneway": (oneway_one, 1), "batch": (batch_send, args.batch_size)}[
-            args.mode
-        ]
+        modes = {"sync": (sync_one, 1), "oneway": (oneway_one, 1), "batch": (batch_send, args.batch_size)}
+        send, size = {**modes, "orderly": (orderly_one, 1)}[args.mode]
         for k in range(0, len(indexes), size):
             batch = indexes[k : k + size]
             if not attempt(send, batch):
@@ -177,14 +199,23 @@ def consume(args: argparse.Namespace) -> int:
 
     lock = threading.Lock()
     state = {"received": 0, "last": time.monotonic()}
-    consumer = client.PushConsumer(args.group)
+    model = client.MessageModel.BROADCASTING if args.broadcast else client.MessageModel.CLUSTERING
+    consumer = client.PushConsumer(args.group, orderly=args.orderly, message_model=model)
     consumer.set_namesrv_addr(args.namesrv)
+    _credentials(consumer, args)
     if args.instance:
         consumer.set_instance_name(args.instance)
     consumer.set_thread_count(args.threads)
 
     def on_message(msg: Any) -> None:
         record = _received(msg)
+        if record["reconsume_times"] < args.fail_times:
+            _emit(lock, event="failed", **record)
+            raise RuntimeError("consume later")  # the wrapper answers RECONSUME_LATER
+        # --hold-ms: stay in the callback a while; t0/t1 let a test see two members on one queue at once.
+        record["t0"] = time.time()
+        time.sleep(args.hold_ms / 1000)
+        record["t1"] = time.time()
         with lock:
             state["received"] += 1
             state["last"] = time.monotonic()
@@ -222,6 +253,7 @@ def pull(args: argparse.Namespace) -> int:
     lock = threading.Lock()
     consumer = client.PullConsumer(args.group)
     consumer.set_namesrv_addr(args.namesrv)
+    _credentials(consumer, args)
     consumer.start()
     n = 0
     for msg in consumer.pull(args.topic, args.expression):
@@ -243,19 +275,28 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--group", required=True)
         p.add_argument("--timeout", type=float, default=60.0)
         p.add_argument("--expression", default="*")
+        p.add_argument("--access-key", default="", help="ACL: sign requests with this access key")
+        p.add_argument("--secret-key", default="")
+        p.add_argument("--ons-channel", default="ALIYUN")
     p = sub.choices["produce"]
     p.add_argument("--run", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--start", type=int, default=0)
-    p.add_argument("--mode", choices=("sync", "async", "oneway", "batch"), default="sync")
+    p.add_argument("--mode", choices=("sync", "async", "oneway", "batch", "orderly"), default="sync")
+    p.add_argument("--order-keys", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=10)
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--send-timeout-ms", type=int, default=5000)
+    p.add_argument("--delay-level", type=int, default=0)
     p = sub.choices["consume"]
     p.add_argument("--expect", type=int, default=0, help="0: run until stdin is closed")
     p.add_argument("--linger", type=float, default=2.0)
     p.add_argument("--instance", default="")
     p.add_argument("--threads", type=int, default=4)
+    p.add_argument("--fail-times", type=int, default=0)
+    p.add_argument("--orderly", action="store_true", help="MessageListenerOrderly (queue locks)")
+    p.add_argument("--broadcast", action="store_true", help="BROADCASTING message model")
+    p.add_argument("--hold-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     return {"produce": produce, "consume": consume, "pull": pull}[args.command](args)
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway.remoting.codec import FrameDecoder, encode
@@ -43,9 +44,20 @@ def call(addr: str, request: RemotingCommand, timeout: float = 5.0) -> RemotingC
 class GatewayServers:
     """``python -m gateway`` with a store under ``store_dir``; ``start()``, ``stop()``, ``kill()``."""
 
-    def __init__(self, store_dir: Path, extra_config: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store_dir: Path,
+        extra_config: dict[str, str] | None = None,
+        *,
+        namesrv_config: dict[str, str] | None = None,
+        sign: Callable[[RemotingCommand], None] | None = None,
+    ) -> None:
+        """``namesrv_config``: lines for a namesrv.properties (e.g. ``tls.*``); ``sign``: applied to the
+        requests this harness sends itself (ACL credentials)."""
         self.store_dir = Path(store_dir)
         self.extra_config = extra_config or {}
+        self.namesrv_config = namesrv_config
+        self.sign = sign
         self.proc: subprocess.Popen[str] | None = None
         self.namesrv_addr = ""
         self.broker_addr = ""
@@ -68,10 +80,15 @@ class GatewayServers:
         }
         conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
         env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=str(self.store_dir))
+        namesrv_args = []
+        if self.namesrv_config is not None:
+            namesrv_conf = self.store_dir / "namesrv.properties"
+            namesrv_conf.write_text("".join(f"{k}={v}\n" for k, v in self.namesrv_config.items()))
+            namesrv_args = ["--namesrv-config", str(namesrv_conf)]
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "gateway", "--namesrv-port", str(self.namesrv_port),
-                "--broker-config", str(conf), "--bind", "127.0.0.1",
+                "--broker-config", str(conf), "--bind", "127.0.0.1", *namesrv_args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -121,7 +138,10 @@ class GatewayServers:
             topic=topic, default_topic="TBW102", read_queue_nums=queues, write_queue_nums=queues, perm=6,
             topic_filter_type="SINGLE_TAG", topic_sys_flag=0, order=order,
         )
-        resp = call(self.broker_addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
+        if self.sign is not None:
+            self.sign(request)
+        resp = call(self.broker_addr, request)
         assert resp.code == 0, resp.remark
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

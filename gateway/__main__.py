@@ -14,7 +14,7 @@ from twisted.internet.defer import inlineCallbacks
 
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
-from gateway.config import ConfigError
+from gateway.config import ConfigError, system_properties
 from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
 from gateway.runner import run_services, start_logging
@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.store:
             overrides["storePathRootDir"] = args.store
         broker_cfg, store_cfg = load_broker_config(args.broker_config, overrides)
+        namesrv_props, broker_props = system_properties(args.namesrv_config), system_properties(args.broker_config)
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     def build(reactor: object) -> list:
         nonlocal service
         service = GatewayService(
-            NamesrvController(namesrv_cfg, reactor), BrokerController(broker_cfg, store_cfg, reactor)
+            NamesrvController(namesrv_cfg, reactor, system_properties=namesrv_props),
+            BrokerController(broker_cfg, store_cfg, reactor, broker_props),
         )
         return [service]
 

@@ -143,3 +143,14 @@ def apply_properties(targets: list[Any], props: dict[str, str], source: str, ign
     for key in unknown:
         log.warn("{source}: unknown key {key} ignored", source=source, key=key)
     return unknown
+
+
+# Keys Java takes as -D system properties (TLS, ACL file locations); our config files may carry them.
+SYSTEM_PROPERTY_PREFIXES = ("tls.", "rocketmq.")
+
+
+def system_properties(path: str | Path | None) -> dict[str, str]:
+    """The ``tls.*`` and ``rocketmq.*`` keys of a config file (none without a file)."""
+    if path is None:
+        return {}
+    return {k: v for k, v in load_properties(path).items() if k.startswith(SYSTEM_PROPERTY_PREFIXES)}

@@ -7,6 +7,13 @@
  *   produce    sync, async, oneway and batch sends (tags, keys, user properties)
  *   push       DefaultMQPushConsumer (clustering) consumes and verifies the messages
  *   litepull   DefaultLitePullConsumer (subscribe mode) consumes and verifies the messages
+ *   delay, retry, tx, request   see CompatFeatures.java
+ *   orderly    two MessageListenerOrderly push consumers of one group (two client instances in this JVM)
+ *              consume messages sent in order per key (MessageQueueSelector); the second one joins halfway.
+ *              Checks each key's order, that no queue is consumed by both at once, and no duplicates.
+ *              Options: --keys K (default 8), --per-key N (default 40); prints "ORDERED <n>", "OVERLAPS <n>".
+ *   broadcast  two BROADCASTING push consumers of one group each consume every message of the run
+ *              (as produced by "produce"); prints "CONSUMED <member> <n>".
  *
  * Common options:
  *   --namesrv HOST:PORT   name server address (required)
@@ -23,6 +30,12 @@
  *   --grace SECONDS       after everything arrived, keep listening this long for duplicates (default 3)
  *   --allow-dups          do not fail on duplicate deliveries (they are still counted)
  *   --no-foreign          fail if any message of another run is delivered (checks resumed offsets)
+ *   --sql EXPR            subscribe with MessageSelector.bySql(EXPR) instead of --subexpr
+ * Security options (produce, push, litepull):
+ *   --access-key AK --secret-key SK   sign every request (AclClientRPCHook) for a broker with ACL
+ *   --tls                 speak TLS (system property tls.enable=true, as an application would set it)
+ *   --tls-trust CA.pem    verify the server against this CA (tls.client.authServer, tls.test.mode.enable=false)
+ *   --tls-cert C.pem --tls-key K.pem   present this client certificate (PKCS#8 key)
  *
  * Output: lines such as "SENT <n>", "CONSUMED <n>", "DUPLICATES <n>", "MISMATCH ...", then a
  * final "OK" (exit 0) or "FAIL: reason" (exit 1; 2 for bad usage; 3 for timeout).
@@ -45,11 +58,18 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyContext;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -58,6 +78,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.remoting.RPCHook;
 
 public class CompatMain {
 
@@ -190,6 +211,30 @@ public class CompatMain {
         say("LOGDIR " + f.getAbsolutePath());
     }
 
+    // ------------------------------------------------------------------ security (ACL, TLS)
+
+    static RPCHook rpcHook() {
+        String ak = opts.get("access-key");
+        return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, opt("secret-key", "")));
+    }
+
+    static void setupTls() {
+        // TlsSystemConfig reads these when the client classes load, so before any client object exists.
+        if (!flags.contains("tls")) return;
+        System.setProperty("tls.enable", "true");
+        String ca = opts.get("tls-trust");
+        if (ca != null) {
+            System.setProperty("tls.test.mode.enable", "false");
+            System.setProperty("tls.client.authServer", "true");
+            System.setProperty("tls.client.trustCertPath", ca);
+        }
+        if (opts.containsKey("tls-cert")) {
+            System.setProperty("tls.test.mode.enable", "false");
+            System.setProperty("tls.client.certPath", opts.get("tls-cert"));
+            System.setProperty("tls.client.keyPath", opt("tls-key", null));
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         if (args.length < 1) usage("missing sub-command");
         String cmd = args[0];
@@ -197,7 +242,7 @@ public class CompatMain {
             String a = args[k];
             if (!a.startsWith("--")) usage("unexpected argument " + a);
             String name = a.substring(2);
-            if (name.equals("allow-dups") || name.equals("verbose") || name.equals("no-foreign")) {
+            if (name.equals("allow-dups") || name.equals("verbose") || name.equals("no-foreign") || name.equals("tls")) {
                 flags.add(name);
             } else {
                 if (k + 1 >= args.length) usage("missing value for " + a);
@@ -206,6 +251,7 @@ public class CompatMain {
         }
         startWatchdog(Integer.parseInt(opt("timeout", "60")));
         setupLogging();
+        setupTls();
         try {
             switch (cmd) {
                 case "produce":
@@ -216,6 +262,24 @@ public class CompatMain {
                     break;
                 case "litepull":
                     consume(true);
+                    break;
+                case "delay":
+                    CompatFeatures.delay();
+                    break;
+                case "retry":
+                    CompatFeatures.retry();
+                    break;
+                case "tx":
+                    CompatFeatures.tx();
+                    break;
+                case "request":
+                    CompatFeatures.request();
+                    break;
+                case "orderly":
+                    orderly();
+                    break;
+                case "broadcast":
+                    broadcast();
                     break;
                 default:
                     usage("unknown sub-command " + cmd);
@@ -234,7 +298,7 @@ public class CompatMain {
         int count = Integer.parseInt(opt("count", "100"));
         List<String> modes = modesOpt("modes", ALL_MODES);
 
-        DefaultMQProducer p = new DefaultMQProducer(group);
+        DefaultMQProducer p = new DefaultMQProducer(group, rpcHook());
         p.setNamesrvAddr(ns);
         p.setInstanceName(instanceName("producer"));
         p.setSendMsgTimeout(10000);
@@ -382,18 +446,19 @@ public class CompatMain {
         final DefaultLitePullConsumer pull;
         if (lite) {
             push = null;
-            pull = new DefaultLitePullConsumer(group);
+            pull = new DefaultLitePullConsumer(group, rpcHook());
             pull.setNamesrvAddr(ns);
             pull.setInstanceName(instanceName("litepull"));
             pull.setMessageModel(MessageModel.CLUSTERING);
             pull.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             pull.setAutoCommit(true);
             pull.setPullBatchSize(16);
-            pull.subscribe(topic, subexpr);
+            if (opts.containsKey("sql")) pull.subscribe(topic, MessageSelector.bySql(opts.get("sql")));
+            else pull.subscribe(topic, subexpr);
             pull.start();
         } else {
             pull = null;
-            push = new DefaultMQPushConsumer(group);
+            push = new DefaultMQPushConsumer(group, rpcHook(), new AllocateMessageQueueAveragely());
             push.setNamesrvAddr(ns);
             push.setInstanceName(instanceName("push"));
             push.setMessageModel(MessageModel.CLUSTERING);
@@ -401,7 +466,8 @@ public class CompatMain {
             push.setConsumeThreadMin(4);
             push.setConsumeThreadMax(4);
             push.setConsumeMessageBatchMaxSize(1);
-            push.subscribe(topic, subexpr);
+            if (opts.containsKey("sql")) push.subscribe(topic, MessageSelector.bySql(opts.get("sql")));
+            else push.subscribe(topic, subexpr);
             push.registerMessageListener(new MessageListenerConcurrently() {
                 @Override
                 public ConsumeConcurrentlyStatus consumeMessage(List<MessageExt> msgs, ConsumeConcurrentlyContext ctx) {
@@ -463,5 +529,138 @@ public class CompatMain {
         } else {
             finish(true, null);
         }
+    }
+
+    // ------------------------------------------------------------------ orderly and broadcast
+
+    static DefaultMQPushConsumer newPush(String ns, String group, String role, MessageModel model) {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(ns);
+        c.setInstanceName(instanceName(role));
+        c.setMessageModel(model);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeThreadMin(4);
+        c.setConsumeThreadMax(4);
+        return c;
+    }
+
+    static void orderly() throws Exception {
+        String ns = opt("namesrv", null), topic = opt("topic", null), group = opt("group", null);
+        final int keys = Integer.parseInt(opt("keys", "8"));
+        final int perKey = Integer.parseInt(opt("per-key", "40"));
+        final Map<Integer, List<Integer>> seen = new ConcurrentHashMap<>();
+        final Map<Integer, String> active = new ConcurrentHashMap<>();
+        final AtomicInteger overlaps = new AtomicInteger();
+        final AtomicInteger received = new AtomicInteger();
+        // Rebalance and lock renewal every second instead of every 20 s, so the second member takes over fast.
+        System.setProperty("rocketmq.client.rebalance.waitInterval", "1000");
+        System.setProperty("rocketmq.client.rebalance.lockInterval", "1000");
+
+        DefaultMQProducer p = new DefaultMQProducer(group + "_producer");
+        p.setNamesrvAddr(ns);
+        p.setInstanceName(instanceName("producer"));
+        p.start();
+        List<DefaultMQPushConsumer> members = new ArrayList<>();
+        for (String member : Arrays.asList("A", "B")) {
+            DefaultMQPushConsumer c = newPush(ns, group, "orderly" + member, MessageModel.CLUSTERING);
+            c.setConsumeMessageBatchMaxSize(3);
+            c.subscribe(topic, "*");
+            c.registerMessageListener(new MessageListenerOrderly() {
+                @Override
+                public ConsumeOrderlyStatus consumeMessage(List<MessageExt> msgs, ConsumeOrderlyContext ctx) {
+                    int q = ctx.getMessageQueue().getQueueId();
+                    String other = active.putIfAbsent(q, member);
+                    if (other != null) {
+                        overlaps.incrementAndGet();
+                        say("OVERLAP queue " + q + " " + member + " while " + other);
+                    }
+                    try {
+                        Thread.sleep(2);
+                        for (MessageExt m : msgs) {
+                            String[] kv = new String(m.getBody(), StandardCharsets.UTF_8).split(":");
+                            seen.computeIfAbsent(Integer.parseInt(kv[0]), k -> Collections.synchronizedList(new ArrayList<>()))
+                                .add(Integer.parseInt(kv[1]));
+                            received.incrementAndGet();
+                        }
+                    } catch (InterruptedException e) {
+                        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT;
+                    } finally {
+                        if (other == null) active.remove(q);
+                    }
+                    return ConsumeOrderlyStatus.SUCCESS;
+                }
+            });
+            c.start();
+            members.add(c);
+            // Half of every key's messages while the first member is alone; the rest after the second joined.
+            int from = member.equals("A") ? 0 : perKey / 2, to = member.equals("A") ? perKey / 2 : perKey;
+            for (int seq = from; seq < to; seq++) {
+                for (int key = 0; key < keys; key++) {
+                    Message m = new Message(topic, "Ordered", ("" + key + ":" + seq).getBytes(StandardCharsets.UTF_8));
+                    SendResult r = p.send(m, (mqs, msg, arg) -> mqs.get((Integer) arg % mqs.size()), key);
+                    if (r.getSendStatus() != SendStatus.SEND_OK) finish(false, "send " + key + ":" + seq + " " + r);
+                }
+            }
+            say("SENT " + member + " " + (to - from) * keys);
+        }
+        int expected = keys * perKey;
+        while (received.get() < expected && remainingMs() > 1500) Thread.sleep(100);
+        Thread.sleep(1000);  // duplicates would arrive now
+        for (DefaultMQPushConsumer c : members) c.shutdown();
+        p.shutdown();
+        int ordered = 0;
+        List<String> bad = new ArrayList<>();
+        for (int key = 0; key < keys; key++) {
+            List<Integer> got = seen.getOrDefault(key, Collections.emptyList());
+            List<Integer> want = new ArrayList<>();
+            for (int seq = 0; seq < perKey; seq++) want.add(seq);
+            if (got.equals(want)) ordered++;
+            else if (bad.size() < 5) bad.add("key " + key + ": " + got);
+        }
+        say("RECEIVED " + received.get());
+        say("ORDERED " + ordered);
+        say("OVERLAPS " + overlaps.get());
+        for (String b : bad) say("MISMATCH " + b);
+        finish(ordered == keys && received.get() == expected && overlaps.get() == 0,
+            "ordered " + ordered + "/" + keys + ", received " + received.get() + "/" + expected + ", overlaps " + overlaps.get());
+    }
+
+    static void broadcast() throws Exception {
+        String ns = opt("namesrv", null), topic = opt("topic", null), group = opt("group", null);
+        final String runId = opt("run-id", "run");
+        final int count = Integer.parseInt(opt("count", "100"));
+        final List<String> modes = modesOpt("modes", ALL_MODES);
+        final int expected = count * modes.size();
+        final Map<String, Set<String>> got = new ConcurrentHashMap<>();
+        List<DefaultMQPushConsumer> members = new ArrayList<>();
+        for (String member : Arrays.asList("A", "B")) {
+            final Set<String> mine = ConcurrentHashMap.newKeySet();
+            got.put(member, mine);
+            DefaultMQPushConsumer c = newPush(ns, group, "broadcast" + member, MessageModel.BROADCASTING);
+            c.subscribe(topic, "*");
+            c.registerMessageListener(new MessageListenerConcurrently() {
+                @Override
+                public ConsumeConcurrentlyStatus consumeMessage(List<MessageExt> msgs, ConsumeConcurrentlyContext ctx) {
+                    for (MessageExt m : msgs) {
+                        String[] parts = new String(m.getBody(), StandardCharsets.UTF_8).split("\\|");
+                        if (parts.length >= 4 && parts[1].equals(runId) && !mine.add(parts[2] + "/" + parts[3])) {
+                            duplicates.incrementAndGet();
+                        }
+                    }
+                    return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+                }
+            });
+            c.start();
+            members.add(c);
+        }
+        while ((got.get("A").size() < expected || got.get("B").size() < expected) && remainingMs() > 1500) {
+            Thread.sleep(100);
+        }
+        Thread.sleep(1000);
+        for (DefaultMQPushConsumer c : members) c.shutdown();
+        for (String member : got.keySet()) say("CONSUMED " + member + " " + got.get(member).size());
+        say("DUPLICATES " + duplicates.get());
+        boolean ok = got.get("A").size() == expected && got.get("B").size() == expected && duplicates.get() == 0;
+        finish(ok, "each member must consume " + expected + " messages once");
     }
 }

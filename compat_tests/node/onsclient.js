@@ -2,15 +2,20 @@
 // Drive ali-ons (npm ali-ons@3.12.0) against a RocketMQ NameServer, for compat_tests/test_ali_ons.py.
 //
 //   node onsclient.js produce --namesrv H:P --topic T --group G --messages FILE [--timeout S]
-//     FILE holds one JSON object per line: {"i": n, "body": str, "tags": str, "keys": [str], "props": {k: v}}.
+//     FILE holds one JSON object per line: {"i": n, "body": str, "tags": str, "keys": [str], "props": {k: v}}
+//     and optionally "delay": a delay level (msg.delayTimeLevel).
 //     Prints {"event":"sent","i":n,"msgId":..,"queueId":..,"queueOffset":..} per acknowledged message,
 //     {"event":"send_error",...} per failed attempt, then {"event":"done","sent":n,"failed":[i...]};
 //     exit 0 only if every message was acknowledged with SEND_OK.
 //   node onsclient.js consume --namesrv H:P --topic T --group G --expect N [--linger S] [--timeout S]
-//       [--props a,b] [--expression '*']
+//       [--props a,b] [--expression '*'] [--fail-times K] [--sql EXPR] [--broadcast true]
+//     --sql subscribes with {expressionType: 'SQL92', subString: EXPR}; --broadcast makes it BROADCASTING.
 //     Prints {"event":"ready"}, one {"event":"msg",...} per delivery, then {"event":"done","received":n}
+//     With --fail-times K the handler throws for messages delivered fewer than K times before
+//     (reconsumeTimes < K), printing {"event":"failed",...}; the client then sends them back for a retry.
 //     after N deliveries and --linger seconds without another one (the offsets are persisted to the broker
 //     by close()); exit 3 on timeout.
+//   Both take [--access-key AK --secret-key SK] to sign their requests (a broker with aclEnable=true).
 // Client logs go to stderr; stdout carries only JSON lines.
 
 const fs = require('fs');
@@ -50,8 +55,9 @@ function clientOptions(args) {
     httpclient,
     logger,
     nameSrv: args.namesrv,
-    accessKeyId: '',
-    accessKeySecret: '',
+    // ACL: ali-ons signs every request when both are given.
+    accessKeyId: args['access-key'] || '',
+    accessKeySecret: args['secret-key'] || '',
     persistent: false,
   };
 }
@@ -83,6 +89,7 @@ async function produce(args) {
     for (let attempt = 0; attempt <= retries && !ok; attempt++) {
       const msg = new Message(args.topic, spec.tags, Buffer.from(spec.body, 'utf8'));
       if (spec.keys) msg.keys = spec.keys;
+      if (spec.delay) msg.delayTimeLevel = spec.delay;
       for (const [ name, value ] of Object.entries(spec.props || {})) {
         msg.properties[name] = value;
       }
@@ -112,19 +119,29 @@ async function consume(args) {
   const expect = Number(args.expect);
   const lingerMs = Number(args.linger || 2) * 1000;
   const propNames = (args.props || '').split(',').filter(Boolean);
-  const consumer = new Consumer({ ...clientOptions(args), consumerGroup: args.group });
+  const failTimes = Number(args['fail-times'] || 0);
+  const consumer = new Consumer({
+    ...clientOptions(args), consumerGroup: args.group, isBroadcast: args.broadcast === 'true',
+  });
   consumer.on('error', err => logger.error(err));
   let received = 0;
   let last = Date.now();
-  consumer.subscribe(args.topic, args.expression || '*', async msg => {
-    received++;
-    last = Date.now();
+  const expression = args.sql ? { expressionType: 'SQL92', subString: args.sql } : args.expression || '*';
+  consumer.subscribe(args.topic, expression, async msg => {
     const props = {};
     for (const name of propNames) props[name] = msg.properties[name] === undefined ? null : msg.properties[name];
-    emit({
-      event: 'msg', topic: msg.topic, body: msg.body.toString('utf8'), tags: msg.tags, keys: msg.keys, props,
+    const record = {
+      topic: msg.topic, body: msg.body.toString('utf8'), tags: msg.tags, keys: msg.keys, props,
       msgId: msg.msgId, queueId: msg.queueId, queueOffset: msg.queueOffset, reconsumeTimes: msg.reconsumeTimes,
-    });
+      bornTimestamp: Number(msg.bornTimestamp), storeTimestamp: Number(msg.storeTimestamp),
+    };
+    if (msg.reconsumeTimes < failTimes) {
+      emit({ event: 'failed', ...record });
+      throw new Error('consume later');
+    }
+    received++;
+    last = Date.now();
+    emit({ event: 'msg', ...record });
   });
   await consumer.ready();
   emit({ event: 'ready' });

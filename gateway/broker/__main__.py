@@ -6,7 +6,7 @@ import argparse
 import sys
 from dataclasses import asdict
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, system_properties
 from gateway.runner import run_services, start_logging
 
 from .config import load_broker_config
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     overrides = {"namesrvAddr": args.namesrvAddr} if args.namesrvAddr else {}
     try:
         broker_cfg, store_cfg = load_broker_config(args.configFile, overrides)
+        props = system_properties(args.configFile)
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         sys.exit(1)
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     start_logging()
     run_services(
-        lambda reactor: [BrokerController(broker_cfg, store_cfg, reactor)],
+        lambda reactor: [BrokerController(broker_cfg, store_cfg, reactor, props)],
         lambda svcs: (
             f"The broker[{broker_cfg.brokerName}, {broker_cfg.broker_addr}] boot success. "
             f"serializeType=JSON and name server is:{broker_cfg.namesrvAddr}"

@@ -179,6 +179,14 @@ class ProducerManager:
             self.channel_closed(ch)
         return expired
 
+    def find_channel(self, client_id: str) -> RemotingProtocol | None:
+        """A live channel of the client ``client_id`` in any group (request/reply pushes replies there)."""
+        for channels in self.table.values():
+            for ch, info in channels.items():
+                if info.client_id == client_id and ch.connected_:
+                    return ch
+        return None
+
     def available_channel(self, group: str) -> RemotingProtocol | None:
         """A live channel of the group (for server-initiated requests such as transaction checks)."""
         for ch in self.table.get(group, {}):

@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from gateway.config import apply_properties, load_properties
+from gateway.config import SYSTEM_PROPERTY_PREFIXES, apply_properties, load_properties
 from gateway.store.config import StoreConfig
 
 
@@ -30,6 +30,8 @@ class BrokerConfig:
     haListenPort: int = 10912
     namesrvAddr: str = ""
     rocketmqHome: str = ""
+    # PLAIN ACL: plain_acl.yml under rocketmqHome (gateway.acl).
+    aclEnable: bool = False
     brokerRole: str = "ASYNC_MASTER"
     brokerPermission: int = 6
     autoCreateTopicEnable: bool = True
@@ -50,7 +52,17 @@ class BrokerConfig:
     channelNotActiveInterval: int = 120000
     notifyConsumerIdsChangedEnable: bool = True
     rejectTransactionMessage: bool = False
+    transactionTimeOut: int = 6000  # a half message younger than this is not checked back yet
+    transactionCheckMax: int = 15  # check-backs before a half message goes to TRANS_CHECK_MAX_TIME_TOPIC
+    transactionCheckInterval: int = 60000
+    storeReplyMessageEnable: bool = True
+    # MessageStoreConfig keys in Java; the schedule and timer services that read them live in the broker here.
+    flushDelayOffsetInterval: int = 10000
+    timerWheelEnable: bool = True
+    timerMaxDelaySec: int = 3 * 24 * 3600
     enablePropertyFilter: bool = False
+    # Java's system property rocketmq.broker.rebalance.lockMaxLiveTime (ms), as a broker.conf key here.
+    rebalanceLockMaxLiveTime: int = 60000
     slaveReadEnable: bool = False
     offsetCheckInSlave: bool = False
     fetchNamesrvAddrByAddressServer: bool = False
@@ -88,9 +100,9 @@ def load_broker_config(
     store = StoreConfig()
     targets = [broker, store]
     if path:
-        apply_properties(targets, load_properties(path), path, ignore=("tls.", "acl"))
+        apply_properties(targets, load_properties(path), path, ignore=SYSTEM_PROPERTY_PREFIXES)
     if overrides:
-        apply_properties(targets, overrides, "command line", ignore=("tls.", "acl"))
+        apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()
     if "NAMESRV_ADDR" in os.environ and not broker.namesrvAddr:
         broker.namesrvAddr = os.environ["NAMESRV_ADDR"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -14,26 +15,39 @@ from twisted.internet import defer, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
+from gateway.acl.broker_acl import BrokerAcl
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.message import pack_host
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.store.clean_service import CleanService
 from gateway.store.config import StoreConfig
 from gateway.store.flush import FlushService
 from gateway.store.message_store import DefaultMessageStore
+from gateway.tls.client import client_endpoint_factory
+from gateway.tls.server import TlsServer
 
 from .clients import ConsumerManager, ProducerManager
 from .config import BrokerConfig
+from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .processors.admin import AdminBrokerProcessor
 from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
+from .processors.end_transaction import EndTransactionProcessor
+from .processors.lock_batch import LockBatchProcessor
 from .processors.pull import PullMessageProcessor
+from .processors.query import QueryMessageProcessor
+from .processors.reply import ReplyMessageProcessor
 from .processors.send import SendMessageProcessor
+from .rebalance_lock import RebalanceLockManager
 from .registration import BrokerRegistration
+from .schedule import DELIVER_INTERVAL, ScheduleMessageService
+from .timer import TimerMessageService
+from .transaction.service import TransactionalMessageService
 
 log = Logger()
 
@@ -43,7 +57,15 @@ _CHANNEL_SCAN_INTERVAL = 10.0
 class BrokerController(service.Service):
     """A broker: store, tables, client registry, processors, listener and periodic tasks."""
 
-    def __init__(self, config: BrokerConfig, store_config: StoreConfig, reactor: Any = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store_config: StoreConfig,
+        reactor: Any = None,
+        system_properties: Mapping[str, str] | None = None,
+    ) -> None:
+        """``system_properties``: the ``tls.*`` / ``rocketmq.*`` settings Java takes as -D properties
+        (TLS with Java's defaults; None, e.g. in tests, serves plain connections only)."""
         if reactor is None:
             from twisted.internet import reactor as default_reactor
 
@@ -58,24 +80,40 @@ class BrokerController(service.Service):
         self.groups = SubscriptionGroupManager(config, config_dir)
         self.consumers = ConsumerManager(on_consumer_ids_changed=self._notify_consumer_ids_changed)
         self.producers = ProducerManager()
+        self.consumer_filters = ConsumerFilterManager()
+        self.rebalance_locks = RebalanceLockManager(config.rebalanceLockMaxLiveTime)
+        self.schedule = ScheduleMessageService(self)
+        self.timer = TimerMessageService(self)
+        self.transactions = TransactionalMessageService(self)
         self.pull_processor = PullMessageProcessor(self)
         self.hold_service = PullRequestHoldService(reactor, self.pull_processor.execute_held)
         self.dispatcher = RequestDispatcher()
+        send = SendMessageProcessor(self)
         for processor in (
-            SendMessageProcessor(self),
+            send,
+            ReplyMessageProcessor(self, send),
+            EndTransactionProcessor(self),
+            self.schedule,
             self.pull_processor,
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
             AdminBrokerProcessor(self),
+            LockBatchProcessor(self),
+            QueryMessageProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher)
         self.vip_factory: RemotingServerFactory | None = None
-        self.namesrv_client = RemotingClient(reactor)
+        self.tls = TlsServer.from_system_properties(system_properties, reactor)
+        self.acl = BrokerAcl.for_broker(config, system_properties, reactor) if config.aclEnable else None
+        if self.acl is not None:
+            self.acl.install(self.dispatcher)
+        self.namesrv_client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.flush_service: FlushService | None = None
+        self.clean_service: CleanService | None = None
         self.sync_flush_waiter: Any = None
         self.store_host = b""
         self.ports: list[Any] = []
@@ -97,14 +135,23 @@ class BrokerController(service.Service):
         self.topics.load()
         self.offsets.load()
         self.groups.load()
+        self.schedule.load()
+        self.timer.load()
         self.topics.persist()
-        port = self.reactor.listenTCP(self.config.listenPort, self.factory, interface=self.config.bindAddress)
+        self.tls.start()
+        if self.acl is not None:
+            self.acl.start()
+        port = self.reactor.listenTCP(
+            self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
+        )
         self.ports.append(port)
         self.config.listenPort = port.getHost().port
         self._listen_vip()
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
         self.flush_service = FlushService(self.store, self.store_config, self.reactor)
         self.flush_service.start()
+        self.clean_service = CleanService(self.store, self.reactor)
+        self.clean_service.start()
         if self.store_config.flushDiskType == "SYNC_FLUSH":
             self.sync_flush_waiter = self.flush_service.wait_for_flush
         period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
@@ -113,6 +160,10 @@ class BrokerController(service.Service):
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
+        self._every(DELIVER_INTERVAL, self.schedule.deliver, now=False)
+        self._every(DELIVER_INTERVAL, self.timer.deliver, now=False)
+        self._every(self.config.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets, now=False)
+        self._every(self.config.transactionCheckInterval / 1000.0, self.transactions.check, now=False)
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
@@ -132,7 +183,9 @@ class BrokerController(service.Service):
         self.vip_factory = RemotingServerFactory(self.dispatcher.without(pulls))
         try:
             self.ports.append(
-                self.reactor.listenTCP(self.config.listenPort - 2, self.vip_factory, interface=self.config.bindAddress)
+                self.reactor.listenTCP(
+                    self.config.listenPort - 2, self.tls.wrap(self.vip_factory), interface=self.config.bindAddress
+                )
             )
         except CannotListenError as e:
             log.warn("VIP channel not available: {error}", error=e)
@@ -146,6 +199,9 @@ class BrokerController(service.Service):
     @defer.inlineCallbacks
     def stopService(self) -> Any:
         super().stopService()
+        self.tls.stop()
+        if self.acl is not None:
+            self.acl.stop()
         for loop in self._loops:
             if loop.running:
                 loop.stop()
@@ -159,11 +215,18 @@ class BrokerController(service.Service):
         if self.vip_factory is not None:
             yield self.vip_factory.close_all()
         self.hold_service.shutdown()
+        if self.clean_service is not None:
+            yield self.clean_service.stop()
         if self.flush_service is not None:
             yield self.flush_service.stop()
         self.offsets.persist()
+        self._persist_delivery_offsets()
         self.store.shutdown()
         log.info("broker {name} stopped", name=self.config.brokerName)
+
+    def _persist_delivery_offsets(self) -> None:
+        self.schedule.persist()
+        self.timer.persist()
 
     # -- helpers used by processors
 

@@ -9,18 +9,28 @@ from gateway.remoting.bodies import ConsumeFromWhere, MessageModel, MessageQueue
 from gateway.remoting.message import Message, MessageExt
 
 from .admin import Admin, MQAdmin
+from .consume_orderly import ConsumeOrderlyStatus
 from .consumer import PullConsumer, PullResult, PullStatus
 from .errors import MQBrokerError, MQClientError
 from .instance import ClientInstance
+from .message_selector import MessageSelector
 from .producer import Producer, SendResult, SendStatus, build_message
 from .push_consumer import ConsumeStatus, PushConsumer
 from .rebalance import allocate_averagely
+from .transaction_producer import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "Admin",
     "ClientInstance",
     "ConsumeFromWhere",
+    "ConsumeOrderlyStatus",
     "ConsumeStatus",
+    "LocalTransactionState",
     "MQAdmin",
     "MQBrokerError",
     "MQClientError",
@@ -28,6 +38,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -35,6 +46,9 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "build_message",
 ]

@@ -16,6 +16,7 @@ from .errors import MQClientError
 from .instance import MASTER_ID, ClientInstance, resolve_client
 from .producer import DEFAULT_TOPIC
 from .route import subscribe_queues
+from .security import ClientSecurity
 
 
 class MQAdmin:
@@ -65,9 +66,10 @@ class Admin(MQAdmin):
         *,
         client: ClientInstance | None = None,
         reactor: Any = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._owns_client = client is None
-        self.client = resolve_client(namesrv_addr, client, reactor)
+        self.client = resolve_client(namesrv_addr, client, reactor, security)
 
     def get_route(self, topic: str) -> Deferred[TopicRouteData]:
         """The topic's route from the name servers."""

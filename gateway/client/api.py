@@ -9,7 +9,14 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import HeartbeatData, TopicRouteData
+from gateway.remoting.bodies import (
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    SubscriptionData,
+    TopicRouteData,
+)
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -18,6 +25,7 @@ from gateway.remoting.headers import (
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
     CreateTopicRequestHeader,
+    EndTransactionRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetRouteInfoRequestHeader,
     OffsetResponseHeader,
@@ -189,6 +197,32 @@ class MQClientAPI:
         )
         response = await self._invoke(addr, _request(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5.0)
         _check(response, addr)
+
+    def end_transaction_oneway(self, addr: str, header: EndTransactionRequestHeader, remark: str | None) -> Deferred:
+        """END_TRANSACTION: commit or roll back a half message; ``remark`` says why a local transaction failed."""
+        request = _request(RequestCode.END_TRANSACTION, header)
+        request.remark = remark
+        return self.remoting.invoke_oneway(addr, request)
+
+    # -- orderly locks and filter checks
+
+    async def lock_batch_mq(self, addr: str, body: LockBatchRequestBody) -> list[MessageQueue]:
+        """LOCK_BATCH_MQ: the queues of ``body`` the broker granted to its client id."""
+        response = await self._invoke(addr, _request(RequestCode.LOCK_BATCH_MQ, body=fastjson.dumps(body)), 1.0)
+        _check(response, addr)
+        return LockBatchResponseBody.from_json(fastjson.loads(response.body)).lock_ok_mq_set
+
+    async def unlock_batch_mq(self, addr: str, body: LockBatchRequestBody, *, oneway: bool = False) -> None:
+        request = _request(RequestCode.UNLOCK_BATCH_MQ, body=fastjson.dumps(body))
+        if oneway:
+            await self.remoting.invoke_oneway(addr, request)
+            return
+        _check(await self._invoke(addr, request, 1.0), addr)
+
+    async def check_client_config(self, addr: str, group: str, client_id: str, sub: SubscriptionData) -> None:
+        """CHECK_CLIENT_CONFIG: MQBrokerError when the broker cannot filter by ``sub``'s expression."""
+        body = fastjson.dumps({"clientId": client_id, "group": group, "subscriptionData": sub})
+        _check(await self._invoke(addr, _request(RequestCode.CHECK_CLIENT_CONFIG, body=body)), addr)
 
     # -- admin
 

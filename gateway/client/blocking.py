@@ -32,6 +32,8 @@ from gateway.remoting.bodies import MessageQueue, TopicRouteData
 from gateway.remoting.message import Message, MessageExt
 
 from . import admin, consumer, producer, push_consumer
+from .consume_orderly import ConsumeOrderlyStatus
+from .message_selector import MessageSelector
 from .push_consumer import ConsumeStatus
 
 
@@ -202,7 +204,7 @@ class PullConsumer(_Started, _MQAdmin):
         self.core = self._make(consumer.PullConsumer, group, namesrv_addr, **options)
 
     def pull(
-        self, mq: MessageQueue, expression: str, offset: int, max_nums: int, *, block: bool = False
+        self, mq: MessageQueue, expression: str | MessageSelector, offset: int, max_nums: int, *, block: bool = False
     ) -> consumer.PullResult:
         return self._call(self.core.pull, mq, expression, offset, max_nums, block=block)
 
@@ -234,13 +236,23 @@ class PushConsumer(_Started, _MQAdmin):
         )
         self._pool = ThreadPool(1, consume_thread_max, name=f"ConsumeMessageThread_{group}")
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         self._call(self.core.subscribe, topic, expression)
+
+    def _in_pool(self, listener: Callable[[list[MessageExt]], Any]) -> Callable[[list[MessageExt]], Any]:
+        reactor, pool = self.reactor_thread.reactor, self._pool
+        return lambda msgs: deferToThreadPool(reactor, pool, listener, msgs)
 
     def register_message_listener(self, listener: Callable[[list[MessageExt]], ConsumeStatus]) -> None:
         """``listener(msgs)`` runs in a worker thread and returns a ConsumeStatus."""
-        reactor, pool = self.reactor_thread.reactor, self._pool
-        self._call(self.core.register_message_listener, lambda msgs: deferToThreadPool(reactor, pool, listener, msgs))
+        self._call(self.core.register_message_listener, self._in_pool(listener))
+
+    def register_message_listener_orderly(
+        self, listener: Callable[[list[MessageExt]], ConsumeOrderlyStatus], **timings: float
+    ) -> None:
+        """``listener(msgs)`` runs in a worker thread, one call per queue at a time, and returns a
+        ConsumeOrderlyStatus."""
+        self._call(self.core.register_message_listener_orderly, self._in_pool(listener), **timings)
 
     def start(self) -> None:
         self._pool.start()

@@ -25,7 +25,9 @@ from gateway.remoting.message import MessageConst, MessageExt, decode_records
 
 from .admin import MQAdmin
 from .instance import ClientInstance, resolve_client
+from .message_selector import MessageSelector
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from .security import ClientSecurity
 
 
 class PullStatus(Enum):
@@ -117,6 +119,7 @@ class PullConsumer(MQAdmin):
         *,
         client: ClientInstance | None = None,
         reactor: Any = None,
+        security: ClientSecurity | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         register_topics: Iterable[str] = (),
         offset_store_dir: str | os.PathLike[str] | None = None,
@@ -125,7 +128,7 @@ class PullConsumer(MQAdmin):
         consumer_timeout_when_suspend: float = 30.0,
     ) -> None:
         self.group = group
-        self.client = resolve_client(namesrv_addr, client, reactor)
+        self.client = resolve_client(namesrv_addr, client, reactor, security)
         self.message_model = message_model
         self.register_topics = set(register_topics)
         self.consumer_pull_timeout = consumer_pull_timeout
@@ -175,15 +178,22 @@ class PullConsumer(MQAdmin):
     # -- pulling and offsets
 
     def pull(
-        self, mq: MessageQueue, expression: str, offset: int, max_nums: int, *, block: bool = False
+        self,
+        mq: MessageQueue,
+        expression: str | MessageSelector,
+        offset: int,
+        max_nums: int,
+        *,
+        block: bool = False,
     ) -> Deferred[PullResult]:
-        """Pull up to ``max_nums`` messages from ``offset`` matching ``expression`` (``*`` or ``a||b``);
-        ``block`` holds the request on the broker until a message arrives (long polling)."""
+        """Pull up to ``max_nums`` messages from ``offset`` matching ``expression`` (``*``, ``a||b`` or a
+        MessageSelector); ``block`` holds the request on the broker until a message arrives (long polling)."""
         if offset < 0:
             raise ValueError("offset < 0")
         if max_nums <= 0:
             raise ValueError("max_nums <= 0")
-        sub = SubscriptionData.build(mq.topic, expression)
+        selector = expression if isinstance(expression, MessageSelector) else MessageSelector.by_tag(expression)
+        sub = selector.subscription_data(mq.topic)
         sys_flag = PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if block else 0)
         timeout = self.consumer_timeout_when_suspend if block else self.consumer_pull_timeout
         return Deferred.fromCoroutine(

@@ -25,16 +25,20 @@ from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
-from gateway.remoting.headers import ConsumerGroupRequestHeader
+from gateway.remoting.headers import CheckTransactionStateRequestHeader, ConsumerGroupRequestHeader
+from gateway.remoting.message import MessageConst, MessageExt, RecordError, decode_record
 
 from .api import MQClientAPI
 from .errors import MQClientError
 from .message_id import local_ip
 from .route import default_topic_route, subscribe_queues
+from .security import ClientSecurity
 
 log = Logger()
 
 MASTER_ID = 0
+# The group of the producer a push consumer sends retries with when the broker will not take them back.
+CLIENT_INNER_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
 
 
 class MQProducerInner(Protocol):
@@ -45,6 +49,10 @@ class MQProducerInner(Protocol):
     def publish_topics(self) -> Iterable[str]: ...
 
     def update_topic_publish_info(self, topic: str, route: TopicRouteData) -> None: ...
+
+    def check_transaction_state(
+        self, channel: Any, msg: MessageExt, header: CheckTransactionStateRequestHeader
+    ) -> None: ...
 
 
 class MQConsumerInner(Protocol):
@@ -82,6 +90,7 @@ class ClientInstance:
         heartbeat_broker_interval: float = 30.0,
         persist_consumer_offset_interval: float = 5.0,
         rebalance_interval: float = 20.0,
+        security: ClientSecurity | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as global_reactor
@@ -94,7 +103,10 @@ class ClientInstance:
         self.client_id = f"{self.client_ip}@{self.instance_name}"
         dispatcher = RequestDispatcher()
         dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._consumer_ids_changed)
+        dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._check_transaction_state)
         self.remoting = RemotingClient(reactor, dispatcher)
+        if security is not None:
+            security.install(self.remoting)
         self.api = MQClientAPI(self.remoting, split_namesrv_addr(namesrv_addr), api_timeout)
         self.topic_routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
@@ -166,7 +178,7 @@ class ClientInstance:
         for ok, result in await DeferredList(calls, consumeErrors=True):
             if not ok:
                 log.warn("unregister client failed: {error}", error=result.value)
-        if not self.producers and not self.consumers:
+        if not self.producers.keys() - {CLIENT_INNER_PRODUCER_GROUP} and not self.consumers:
             await self.shutdown()
 
     # -- routes
@@ -290,6 +302,21 @@ class ClientInstance:
         log.info("consumer ids of {group} changed, rebalancing", group=group)
         self.rebalance_immediately()
 
+    def _check_transaction_state(self, channel: Any, request: RemotingCommand) -> None:
+        """A broker asks how a half message's local transaction ended: its group's producer answers."""
+        header = CheckTransactionStateRequestHeader.decode(request.ext_fields)
+        try:
+            msg = decode_record(request.body, decompress=True)
+        except RecordError as e:
+            log.warn("bad CHECK_TRANSACTION_STATE body from {peer}: {error}", peer=channel.peer, error=e)
+            return
+        group = msg.properties.get(MessageConst.PRODUCER_GROUP, "")
+        producer = self.producers.get(group)
+        if producer is None:
+            log.warn("transaction check for group {group}, which has no producer here", group=group)
+            return
+        producer.check_transaction_state(channel, msg, header)
+
 
 def _master_first(addrs: dict[int, str] | None) -> str | None:
     """The master's address, else the lowest-numbered slave's."""
@@ -306,11 +333,14 @@ def call_logged(fn: Callable[..., Any], *args: Any) -> Deferred[Any]:
 
 
 def resolve_client(
-    namesrv_addr: str | Sequence[str] | None, client: ClientInstance | None, reactor: Any
+    namesrv_addr: str | Sequence[str] | None,
+    client: ClientInstance | None,
+    reactor: Any,
+    security: ClientSecurity | None = None,
 ) -> ClientInstance:
-    """The given instance, else a new one for ``namesrv_addr``."""
+    """The given instance, else a new one for ``namesrv_addr`` (with ``security``: TLS, ACL signing)."""
     if client is not None:
         return client
     if not namesrv_addr:
         raise ValueError("give a name server address or a ClientInstance")
-    return ClientInstance(namesrv_addr, reactor=reactor)
+    return ClientInstance(namesrv_addr, reactor=reactor, security=security)

@@ -1,5 +1,10 @@
 """ProcessQueue: the messages of one queue pulled but not yet consumed, which bound the committable offset;
-PullRequest: a queue being pulled and where its next pull starts."""
+PullRequest: a queue being pulled and where its next pull starts.
+
+Orderly consumption takes messages out in offset order (``take_messages``) and commits them as a whole
+(``commit``) or puts them back (``make_messages_to_consume_again``); ``locked`` says the broker granted
+this member the queue (always True for queues of BROADCASTING consumers, which take no locks).
+"""
 
 from __future__ import annotations
 
@@ -17,10 +22,14 @@ class ProcessQueue:
     msg_size: int = 0
     queue_offset_max: int = 0
     dropped: bool = False
+    locked: bool = False
+    last_lock_timestamp: float = 0.0  # reactor seconds of the last lock granted
+    # Taken by an orderly listener and not committed yet (consumingMsgOrderlyTreeMap).
+    consuming_msgs: dict[int, MessageExt] = field(default_factory=dict)
 
     @property
     def msg_count(self) -> int:
-        return len(self.msgs)
+        return len(self.msgs) + len(self.consuming_msgs)
 
     def put_messages(self, msgs: list[MessageExt]) -> None:
         for m in msgs:
@@ -40,6 +49,29 @@ class ProcessQueue:
                 self.msg_size -= len(m.body)
         return next(iter(self.msgs)) if self.msgs else self.queue_offset_max + 1
 
+    def take_messages(self, batch_size: int) -> list[MessageExt]:
+        """The next ``batch_size`` messages in offset order, kept aside until :meth:`commit`."""
+        taken = []
+        for offset in list(self.msgs)[:batch_size]:
+            m = self.consuming_msgs[offset] = self.msgs.pop(offset)
+            taken.append(m)
+        return taken
+
+    def commit(self) -> int:
+        """Forget the taken messages; the offset after the last of them, or -1 when none was taken."""
+        if not self.consuming_msgs:
+            return -1
+        self.msg_size -= sum(len(m.body) for m in self.consuming_msgs.values())
+        offset = next(reversed(self.consuming_msgs)) + 1
+        self.consuming_msgs.clear()
+        return offset
+
+    def make_messages_to_consume_again(self, msgs: list[MessageExt]) -> None:
+        """Put taken messages back in front, to be taken again in the same order."""
+        for m in msgs:
+            self.consuming_msgs.pop(m.queue_offset, None)
+        self.msgs = dict(sorted({**self.msgs, **{m.queue_offset: m for m in msgs}}.items()))
+
     def max_span(self) -> int:
         """Offset distance between the oldest and newest held message."""
         if not self.msgs:
@@ -52,3 +84,5 @@ class PullRequest:
     mq: MessageQueue
     process_queue: ProcessQueue
     next_offset: int
+    # Orderly: the first pull after the lock re-reads the committed offset (the previous owner's last commit).
+    previously_locked: bool = False

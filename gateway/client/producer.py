@@ -21,13 +21,25 @@ from twisted.logger import Logger
 
 from gateway.remoting.bodies import MessageQueue, TopicRouteData
 from gateway.remoting.codes import RequestCode, ResponseCode
-from gateway.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
-from gateway.remoting.message import Message, MessageConst, MessageSysFlag, encode_batch, properties_to_string
+from gateway.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
+from gateway.remoting.message import (
+    Message,
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    encode_batch,
+    properties_to_string,
+)
 
 from .errors import REMOTING_ERRORS, MQBrokerError, MQClientError
 from .instance import ClientInstance, resolve_client
 from .message_id import set_uniq_id
 from .route import TopicPublishInfo, publish_queues
+from .security import ClientSecurity
 
 log = Logger()
 
@@ -92,9 +104,14 @@ def build_message(
     properties: dict[str, str] | None = None,
     flag: int = 0,
     delay_level: int = 0,
+    deliver_time_ms: int | None = None,
     wait_store_msg_ok: bool = True,
 ) -> Message:
-    """A Message as Java's constructors make one: TAGS, KEYS (space-joined), DELAY, WAIT, user properties."""
+    """A Message as Java's constructors make one: TAGS, KEYS (space-joined), DELAY, WAIT, user properties.
+
+    ``delay_level`` (1..18 by default) delays delivery by the broker's ``messageDelayLevel`` entry;
+    ``deliver_time_ms`` asks a RocketMQ 5 broker (or ours) to deliver at that epoch time (TIMER_DELIVER_MS).
+    """
     props = dict(properties or {})
     if tags:
         props[MessageConst.TAGS] = tags
@@ -102,6 +119,8 @@ def build_message(
         props[MessageConst.KEYS] = keys if isinstance(keys, str) else MessageConst.KEY_SEPARATOR.join(keys)
     if delay_level > 0:
         props[MessageConst.DELAY_TIME_LEVEL] = str(delay_level)
+    if deliver_time_ms is not None:
+        props[MessageConst.TIMER_DELIVER_MS] = str(deliver_time_ms)
     props[MessageConst.WAIT_STORE_MSG_OK] = "true" if wait_store_msg_ok else "false"
     return Message(topic=topic, body=body, flag=flag, properties=props)
 
@@ -147,6 +166,7 @@ class Producer:
         *,
         client: ClientInstance | None = None,
         reactor: Any = None,
+        security: ClientSecurity | None = None,
         send_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
         compress_msg_body_over_howmuch: int = 4096,
@@ -156,7 +176,7 @@ class Producer:
         default_topic_queue_nums: int = 4,
     ) -> None:
         self.group = group
-        self.client = resolve_client(namesrv_addr, client, reactor)
+        self.client = resolve_client(namesrv_addr, client, reactor, security)
         self.send_timeout = send_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
@@ -186,6 +206,16 @@ class Producer:
         info = self._publish.get(topic)
         if info is not None:
             info.message_queues = publish_queues(topic, route)
+
+    def check_transaction_state(
+        self, channel: Any, msg: MessageExt, header: CheckTransactionStateRequestHeader
+    ) -> None:
+        """A broker's transaction check: only a TransactionProducer (with a listener) answers it."""
+        log.warn(
+            "transaction check of {id} ignored: group {group} has no transaction listener",
+            id=header.msg_id,
+            group=self.group,
+        )
 
     # -- sending
 
@@ -253,6 +283,8 @@ class Producer:
         if len(body) >= self.compress_msg_body_over_howmuch:
             body = zlib.compress(body, self.compress_level)
             sys_flag |= MessageSysFlag.COMPRESSED_FLAG | COMPRESSION_ZLIB_TYPE
+        if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
         out = _Outgoing(msg.topic, body, msg.flag, props, sys_flag, False, msg_id)
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             # A client re-sending to a retry topic passes the counters in the header, not as properties.

@@ -3,8 +3,10 @@ a listener fed batches of messages, and offsets committed as the lowest message 
 
 Delivery is at-least-once: a message leaves a queue's processing window only after the listener
 returned CONSUME_SUCCESS (or, on RECONSUME_LATER, after the broker took it back with
-CONSUMER_SEND_MSG_BACK; if the broker cannot, the message is re-consumed locally after
-``reconsume_later_delay``). A clean shutdown waits for running listeners, then commits, so a consumer
+CONSUMER_SEND_MSG_BACK, which redelivers it through ``%RETRY%<group>`` after delay level 3 +
+reconsumeTimes and moves it to ``%DLQ%<group>`` after ``max_reconsume_times``; if the broker refuses, a
+copy is sent to the retry topic as Java does, and if that fails too the message is re-consumed locally
+after ``reconsume_later_delay``). A clean shutdown waits for running listeners, then commits, so a consumer
 restarted in the same group continues exactly where the previous one stopped.
 
 The listener runs in the reactor thread; it may return a status, a Deferred, or a coroutine. At most
@@ -33,15 +35,18 @@ from gateway.remoting.bodies import (
 )
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.headers import PullSysFlag
-from gateway.remoting.message import MessageConst, MessageExt
+from gateway.remoting.message import Message, MessageConst, MessageExt
 
 from .admin import MQAdmin
+from .consume_orderly import ConsumeMessageOrderlyService, MessageListenerOrderly
 from .consumer import PullAPIWrapper, PullStatus, make_offset_store
 from .errors import MQBrokerError, MQClientError
-from .instance import ClientInstance, call_logged, resolve_client
+from .instance import CLIENT_INNER_PRODUCER_GROUP, ClientInstance, call_logged, resolve_client
+from .message_selector import MessageSelector
 from .process_queue import ProcessQueue, PullRequest
-from .producer import RETRY_GROUP_TOPIC_PREFIX
+from .producer import RETRY_GROUP_TOPIC_PREFIX, Producer
 from .rebalance import AllocateStrategy, RebalancePushImpl, allocate_averagely
+from .security import ClientSecurity
 
 log = Logger()
 
@@ -83,6 +88,7 @@ class PushConsumer(MQAdmin):
         *,
         client: ClientInstance | None = None,
         reactor: Any = None,
+        security: ClientSecurity | None = None,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
         consume_timestamp: int | None = None,
@@ -99,7 +105,7 @@ class PushConsumer(MQAdmin):
         offset_store_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.group = group
-        self.client = resolve_client(namesrv_addr, client, reactor)
+        self.client = resolve_client(namesrv_addr, client, reactor, security)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp or int((time.time() - 30 * 60) * 1000)
@@ -114,18 +120,22 @@ class PushConsumer(MQAdmin):
         self.await_termination = await_termination
         self.offset_store = make_offset_store(self.client, group, message_model, offset_store_dir)
         self.rebalance = RebalancePushImpl(self)
-        self.listener: MessageListener | None = None
+        self.listener: MessageListener | MessageListenerOrderly | None = None
+        self.orderly: ConsumeMessageOrderlyService | None = None
         self.stopping = False
         self._pull_api = PullAPIWrapper(self.client, group)
         self._consume_slots = DeferredSemaphore(consume_concurrency)
         self._consuming: set[Deferred[None]] = set()
         self._timers: set[IDelayedCall] = set()
+        self._retry_topic_learnt = False
 
     # -- configuration
 
-    def subscribe(self, topic: str, expression: str = SubscriptionData.SUB_ALL) -> None:
-        """Consume ``topic``'s messages whose tag matches ``expression`` (``*`` or ``tagA || tagB``)."""
-        self.rebalance.subscription_inner[topic] = SubscriptionData.build(topic, expression)
+    def subscribe(self, topic: str, expression: str | MessageSelector = SubscriptionData.SUB_ALL) -> None:
+        """Consume ``topic``'s messages whose tag matches ``expression`` (``*`` or ``tagA || tagB``), or that
+        a :class:`MessageSelector` selects (``MessageSelector.by_sql("a > 5")``)."""
+        selector = expression if isinstance(expression, MessageSelector) else MessageSelector.by_tag(expression)
+        self.rebalance.subscription_inner[topic] = selector.subscription_data(topic)
         if self.client.consumers.get(self.group) is self:
             call_logged(self.client.send_heartbeat_to_all_brokers)
 
@@ -135,6 +145,13 @@ class PushConsumer(MQAdmin):
     def register_message_listener(self, listener: MessageListener) -> None:
         """``listener(msgs)`` returns CONSUME_SUCCESS or RECONSUME_LATER (an exception counts as the latter)."""
         self.listener = listener
+
+    def register_message_listener_orderly(self, listener: MessageListenerOrderly, **timings: float) -> None:
+        """Consume each queue in order, one batch at a time (MessageListenerOrderly): ``listener(msgs)`` returns
+        ConsumeOrderlyStatus. In CLUSTERING a queue is consumed only while its broker lock is held. ``timings``
+        are ConsumeMessageOrderlyService's (``lock_interval``, ``suspend_current_queue_time``, ...)."""
+        self.listener = listener
+        self.orderly = ConsumeMessageOrderlyService(self, listener, **timings)
 
     def assigned_queues(self) -> set[MessageQueue]:
         """The queues this member pulls right now."""
@@ -157,6 +174,14 @@ class PushConsumer(MQAdmin):
         async def start() -> None:
             for topic in list(self.rebalance.subscription_inner):
                 await self.client.update_topic_route_from_namesrv(topic)
+            try:
+                await self._check_client_in_broker()
+            except Exception:
+                self.stopping = True
+                await self.client.unregister_consumer(self.group)
+                raise
+            if self.orderly is not None:
+                self.orderly.start()
             await self.client.send_heartbeat_to_all_brokers()
             await self.rebalance.do_rebalance()
 
@@ -184,8 +209,20 @@ class PushConsumer(MQAdmin):
             except TimeoutError:
                 log.warn("{group}: listeners still running after {t}s", group=self.group, t=self.await_termination)
         await self.persist_consumer_offset()
+        if self.orderly is not None:
+            await self.orderly.shutdown()
         await self.client.unregister_consumer(self.group)
         self.rebalance.destroy()
+
+    async def _check_client_in_broker(self) -> None:
+        """CHECK_CLIENT_CONFIG for each SQL92 subscription: a broker that cannot filter by it (or an
+        expression that does not compile) fails the start with the broker's code and remark."""
+        for sub in self.rebalance.subscription_inner.values():
+            if sub.expression_type == MessageSelector.TAG:
+                continue
+            addr = self.client.find_broker_addr_by_topic(sub.topic)
+            if addr is not None:
+                await self.client.api.check_client_config(addr, self.group, self.client.client_id, sub)
 
     # -- MQConsumerInner
 
@@ -238,6 +275,9 @@ class PushConsumer(MQAdmin):
             # Flow control: the listener is behind; pull again shortly.
             self._later(PULL_DELAY_WHEN_FLOW_CONTROL, self._pull_message, pr)
             return
+        if self.orderly is not None and not await self.orderly.pull_allowed(pr):
+            self._later(PULL_DELAY_WHEN_EXCEPTION, self._pull_message, pr)
+            return
         sub = self.rebalance.subscription_inner.get(pr.mq.topic)
         if sub is None:
             self._later(PULL_DELAY_WHEN_EXCEPTION, self._pull_message, pr)
@@ -272,7 +312,10 @@ class PushConsumer(MQAdmin):
         if result.status is PullStatus.FOUND:
             if result.messages:
                 pq.put_messages(result.messages)
-                self._submit_consume_request(result.messages, pq, pr.mq)
+                if self.orderly is not None:
+                    self.orderly.submit_consume_request(pq, pr.mq)
+                else:
+                    self._submit_consume_request(result.messages, pq, pr.mq)
         elif result.status is PullStatus.OFFSET_ILLEGAL:
             log.warn("the pull request offset illegal, {mq}, next {offset}", mq=pr.mq, offset=pr.next_offset)
             pq.dropped = True
@@ -340,14 +383,49 @@ class PushConsumer(MQAdmin):
             self.offset_store.update_offset(mq, offset, True)
 
     async def _send_message_back(self, msg: MessageExt, mq: MessageQueue) -> bool:
+        """Give ``msg`` back for a later retry (sendMessageBack); False when neither way worked."""
         addr = self.client.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None:
-            return False
         try:
+            if addr is None:
+                raise MQClientError(f"The broker[{mq.broker_name}] not exist")
             await self.client.api.consumer_send_message_back(
                 addr, mq.broker_name, msg, self.group, 0, self.max_reconsume_times
             )
         except Exception as e:
-            log.warn("send back of {msg_id} failed, consuming it again locally: {error}", msg_id=msg.msg_id, error=e)
-            return False
+            log.warn("send back of {msg_id} failed, sending a retry copy: {error}", msg_id=msg.msg_id, error=e)
+            try:
+                await self._inner_producer().send(self._retry_copy(msg))
+            except Exception as e2:
+                log.warn(
+                    "retry copy of {msg_id} failed, consuming it again locally: {error}", msg_id=msg.msg_id, error=e2
+                )
+                return False
+        if not self._retry_topic_learnt:
+            # The broker made the retry topic after our start: pull it now, not after the next route refresh
+            # (30 s) and rebalance (20 s).
+            self._retry_topic_learnt = True
+            call_logged(self._learn_route, retry_topic(self.group))
         return True
+
+    def _retry_copy(self, msg: MessageExt) -> Message:
+        """What Java's client sends to %RETRY%<group> itself when the broker refuses a send-back."""
+        props = dict(msg.properties)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.client_msg_id)
+        props[MessageConst.RETRY_TOPIC] = msg.topic
+        props[MessageConst.RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MessageConst.MAX_RECONSUME_TIMES] = str(self.max_reconsume_times)
+        props.pop(MessageConst.TRANSACTION_PREPARED, None)
+        props[MessageConst.DELAY_TIME_LEVEL] = str(3 + msg.reconsume_times)
+        return Message(retry_topic(self.group), msg.body, msg.flag, props)
+
+    def _inner_producer(self) -> Producer:
+        """The client instance's own producer (CLIENT_INNER_PRODUCER), made on first use."""
+        producer = self.client.producers.get(CLIENT_INNER_PRODUCER_GROUP)
+        if not isinstance(producer, Producer):
+            producer = Producer(CLIENT_INNER_PRODUCER_GROUP, client=self.client)
+            self.client.register_producer(producer)
+        return producer
+
+    async def _learn_route(self, topic: str) -> None:
+        await self.client.update_topic_route_from_namesrv(topic)
+        await self.rebalance.do_rebalance()

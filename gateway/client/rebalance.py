@@ -16,6 +16,7 @@ from twisted.logger import Logger
 
 from gateway.remoting.bodies import ConsumeFromWhere, MessageModel, MessageQueue, SubscriptionData
 
+from .instance import call_logged
 from .offset_store import OFFSET_NOT_FOUND
 from .process_queue import ProcessQueue, PullRequest
 from .producer import RETRY_GROUP_TOPIC_PREFIX
@@ -105,7 +106,15 @@ class RebalancePushImpl:
     async def _update_process_queue_table(self, topic: str, mq_set: set[MessageQueue]) -> None:
         for mq in [mq for mq in self.process_queue_table if mq.topic == topic and mq not in mq_set]:
             self.remove_process_queue(mq)
+        orderly = self.consumer.orderly if self.consumer.message_model is MessageModel.CLUSTERING else None
         for mq in sorted(mq_set - self.process_queue_table.keys()):
+            if orderly is not None and not await orderly.lock(mq):
+                log.warn(
+                    "doRebalance, {group}, add a new mq failed, {mq}, because lock failed",
+                    group=self.consumer.group,
+                    mq=mq,
+                )
+                continue
             self.consumer.offset_store.remove_offset(mq)  # removeDirtyOffset
             try:
                 next_offset = await self.compute_pull_from_where(mq)
@@ -119,8 +128,11 @@ class RebalancePushImpl:
                 continue
             # The table may have changed, or the consumer stopped, while we waited for the broker.
             if next_offset < 0 or mq in self.process_queue_table or self.consumer.stopping:
+                if orderly is not None and self.consumer.stopping:
+                    await orderly.unlock(mq)  # locked, but the shutdown already released the others
                 continue
-            pq = ProcessQueue()
+            # Locked from the start (for orderly CLUSTERING members the lock was just granted).
+            pq = ProcessQueue(locked=True, last_lock_timestamp=self.consumer.client.now())
             self.process_queue_table[mq] = pq
             log.info(
                 "doRebalance, {group}, add a new mq, {mq} from offset {offset}",
@@ -140,10 +152,14 @@ class RebalancePushImpl:
         if pq is None:
             return
         pq.dropped = True
+        log.info("doRebalance, {group}, remove unnecessary mq, {mq}", group=self.consumer.group, mq=mq)
+        orderly = self.consumer.orderly
+        if orderly is not None and self.consumer.message_model is MessageModel.CLUSTERING:
+            call_logged(orderly.release, mq, pq)
+            return
         store = self.consumer.offset_store
         store.persist(mq)
         store.remove_offset(mq)
-        log.info("doRebalance, {group}, remove unnecessary mq, {mq}", group=self.consumer.group, mq=mq)
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         """The committed offset; without one, where consumeFromWhere says; -1 when the broker cannot tell now."""

@@ -22,7 +22,7 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, system_properties
 
 from .config import NamesrvConfig, format_properties, load_namesrv_config
 from .service import NamesrvController
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         config = load_namesrv_config(args.configFile)
+        props = system_properties(args.configFile)
     except ConfigError as e:
         print(f"mqnamesrv: {e}", file=sys.stderr)
         sys.exit(1)
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None) -> None:
         [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])],
         redirectStandardIO=False,
     )
-    task.react(_serve, (config,))
+    task.react(_serve, (config, props))
 
 
-async def _serve(reactor: Any, config: NamesrvConfig) -> None:
-    controller = NamesrvController(config, reactor)
+async def _serve(reactor: Any, config: NamesrvConfig, props: dict[str, str]) -> None:
+    controller = NamesrvController(config, reactor, system_properties=props)
     try:
         controller.startService()
     except CannotListenError as e:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from twisted.application.service import Service
@@ -16,6 +17,7 @@ from twisted.logger import Logger
 
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.tls.server import TlsServer
 
 from .config import NamesrvConfig
 from .kvconfig import KVConfigManager
@@ -33,9 +35,17 @@ class NamesrvController(Service):
 
     ``reactor`` listens (default: the global reactor); ``clock`` times the expiry scan and the
     brokers' last-update stamps (default: ``reactor``; tests pass a ``task.Clock``).
+    ``system_properties`` holds the ``tls.*`` settings Java takes as -D properties (TLS with Java's
+    defaults; None serves plain connections only).
     """
 
-    def __init__(self, config: NamesrvConfig, reactor: Any = None, clock: IReactorTime | None = None) -> None:
+    def __init__(
+        self,
+        config: NamesrvConfig,
+        reactor: Any = None,
+        clock: IReactorTime | None = None,
+        system_properties: Mapping[str, str] | None = None,
+    ) -> None:
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
@@ -55,6 +65,7 @@ class NamesrvController(Service):
         self.dispatcher.on_channel_closed.append(self._on_channel_closed)
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher)
+        self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self._listening: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
@@ -70,8 +81,9 @@ class NamesrvController(Service):
     def startService(self) -> None:
         """Load the KV file, listen (raises CannotListenError), schedule the expiry scan."""
         self.kv_config_manager.load()
+        self.tls.start()
         self._listening = self.reactor.listenTCP(
-            self.config.listenPort, self.factory, interface=self.config.bindAddress
+            self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
         )
         super().startService()
         host = self._listening.getHost()
@@ -83,6 +95,7 @@ class NamesrvController(Service):
     def stopService(self) -> Deferred[None]:
         """Stop scanning, close the port and every connection; the Deferred fires when all are closed."""
         super().stopService()
+        self.tls.stop()
         if self._first_scan is not None and self._first_scan.active():
             self._first_scan.cancel()
         if self._scan.running:

@@ -440,3 +440,40 @@ class SubscriptionGroupConfig:
             which_broker_when_consume_slowly=_int(obj.get("whichBrokerWhenConsumeSlowly"), 1),
             notify_consumer_ids_changed_enable=bool(obj.get("notifyConsumerIdsChangedEnable", True)),
         )
+
+
+@dataclass(slots=True)
+class LockBatchRequestBody:
+    """LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42) bodies (Java's Lock/UnlockBatchRequestBody are alike);
+    5.x's ``onlyThisBroker`` is accepted and ignored: a broker only ever answers for itself."""
+
+    consumer_group: str
+    client_id: str
+    mq_set: list[MessageQueue] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "consumerGroup": self.consumer_group,
+            "mqSet": [mq.to_json() for mq in self.mq_set],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> LockBatchRequestBody:
+        return cls(
+            consumer_group=obj.get("consumerGroup") or "",
+            client_id=obj.get("clientId") or "",
+            mq_set=[MessageQueue.from_json(mq) for mq in obj.get("mqSet") or []],
+        )
+
+
+@dataclass(slots=True)
+class LockBatchResponseBody:
+    lock_ok_mq_set: list[MessageQueue] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lockOKMQSet": [mq.to_json() for mq in self.lock_ok_mq_set]}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> LockBatchResponseBody:
+        return cls([MessageQueue.from_json(mq) for mq in obj.get("lockOKMQSet") or []])

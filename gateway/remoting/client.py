@@ -18,6 +18,8 @@ from .dispatch import RequestDispatcher
 from .protocol import RemotingProtocol
 
 EndpointFactory = Callable[[Any, str, int], IStreamClientEndpoint]
+# Java's RPCHook.doBeforeRequest: sees each request just before it goes out, e.g. to sign it.
+RequestHook = Callable[[str, RemotingCommand], None]
 
 
 def tcp_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
@@ -46,6 +48,7 @@ class RemotingClient:
         self.reactor = reactor
         self.dispatcher = dispatcher or RequestDispatcher(answer_unknown=True)
         self.endpoint_factory = endpoint_factory
+        self.request_hooks: list[RequestHook] = []
         self._channels: dict[str, RemotingProtocol] = {}
         self._connecting: dict[str, list[defer.Deferred[RemotingProtocol]]] = {}
         self.dispatcher.on_channel_closed.append(self._forget)
@@ -83,11 +86,17 @@ class RemotingClient:
         conn.addCallbacks(connected, failed)
         return d
 
+    def _before_request(self, addr: str, request: RemotingCommand) -> None:
+        for hook in self.request_hooks:
+            hook(addr, request)
+
     def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> defer.Deferred[RemotingCommand]:
         """Send ``request`` to ``addr``; the Deferred fires with the response."""
+        self._before_request(addr, request)
         return self.get_channel(addr).addCallback(lambda ch: ch.invoke(request, timeout))
 
     def invoke_oneway(self, addr: str, request: RemotingCommand) -> defer.Deferred[None]:
+        self._before_request(addr, request)
         return self.get_channel(addr).addCallback(lambda ch: ch.invoke_oneway(request))
 
     def close_channel(self, addr: str) -> None:

@@ -154,6 +154,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
 
     def close(self) -> None:
         if self.transport is not None:
+            # A transport waits for its producer to unregister before it closes (TLS does).
+            self.transport.unregisterProducer()
             self.transport.loseConnection()
 
 

@@ -1,7 +1,7 @@
-"""RocketMQ-compatible message store: commitlog, consume queues, checkpoint, recovery and flushing.
+"""RocketMQ-compatible message store: commitlog, consume queues, index, checkpoint, recovery, flushing, cleaning.
 
 The on-disk layout is RocketMQ's own (see shared/rocketmq-wire.md §6), so a store directory written by
-Java can be read here and the other way round.  ``flush`` (Twisted) is imported separately.
+Java can be read here and the other way round.  ``flush`` and ``clean_service`` (Twisted) are imported separately.
 """
 
 from .api import (
@@ -12,6 +12,7 @@ from .api import (
     MessageStore,
     PutMessageResult,
     PutMessageStatus,
+    QueryMessageResult,
     RecoveryReport,
 )
 from .config import StoreConfig
@@ -27,6 +28,7 @@ __all__ = [
     "MessageStore",
     "PutMessageResult",
     "PutMessageStatus",
+    "QueryMessageResult",
     "RecoveryReport",
     "StoreConfig",
     "StoreLoadError",

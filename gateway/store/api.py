@@ -113,6 +113,20 @@ class GetMessageResult:
         return len(self.buffers)
 
 
+@dataclass(slots=True)
+class QueryMessageResult:
+    """``QueryMessageResult``: whole records found through the index, and where the index stood."""
+
+    buffers: list[bytes] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phyoffset: int = 0
+
+    @property
+    def buffer_total_size(self) -> int:
+        """Bytes in ``buffers``."""
+        return sum(map(len, self.buffers))
+
+
 @dataclass
 class RecoveryReport:
     """What ``start`` found and repaired."""
@@ -124,6 +138,8 @@ class RecoveryReport:
     records_redispatched: int = 0  # consume-queue units rebuilt from the commitlog
     bytes_truncated: int = 0  # non-zero bytes cut after the last valid record (torn tail, garbage)
     cq_units_truncated: int = 0  # consume-queue units that pointed past the commitlog's end
+    index_records_rebuilt: int = 0  # records (re-)dispatched to the index files
+    index_entries_truncated: int = 0  # index entries that pointed past the commitlog's end
     files_dropped: list[str] = field(default_factory=list)
 
 

@@ -43,8 +43,9 @@ _PREFIX = struct.Struct(">iiiiiqqiq")
 _SYSFLAG_POS = 36
 _BORN_HOST_POS = _PREFIX.size
 
-# (topic, queue_id, commit_log_offset, msg_size, tags_code, consume_queue_offset, store_timestamp)
-Dispatcher = Callable[[str, int, int, int, int, int, int], None]
+# (topic, queue_id, commit_log_offset, msg_size, tags_code, consume_queue_offset, store_timestamp, sys_flag,
+#  properties): called for every appended record; records that are not ``is_dispatched`` have queue offset 0.
+Dispatcher = Callable[[str, int, int, int, int, int, int, int, str], None]
 
 
 def now_ms() -> int:
@@ -134,7 +135,7 @@ class CommitLog:
     """Appends records, serves slices of them, and finds the valid end after a restart.
 
     ``topic_queue_table`` maps (topic, queueId) to the next queue offset; ``dispatcher`` is called
-    after each appended record that belongs in a consume queue.
+    after each appended record.
     """
 
     def __init__(self, config: StoreConfig, dispatcher: Dispatcher) -> None:
@@ -246,7 +247,9 @@ class CommitLog:
         self.tail = (phy + size, store_timestamp)
         if dispatched:
             self.topic_queue_table[key] = queue_offset + 1
-            self.dispatcher(msg.topic, msg.queue_id, phy, size, msg.tags_code, queue_offset, store_timestamp)
+        self.dispatcher(
+            msg.topic, msg.queue_id, phy, size, msg.tags_code, queue_offset, store_timestamp, sys_flag, msg.properties
+        )
         return PutMessageResult(
             PutMessageStatus.PUT_OK,
             AppendMessageResult(
@@ -308,8 +311,18 @@ class CommitLog:
         self.topic_queue_table[key] = queue_offset
         phy = wrote_offset
         msg_ids = []
-        for i, (msg, _, _, size) in enumerate(checked):
-            self.dispatcher(msg.topic, msg.queue_id, phy, size, msg.tags_code, first_queue_offset + i, store_timestamp)
+        for i, (msg, _, sys_flag, size) in enumerate(checked):
+            self.dispatcher(
+                msg.topic,
+                msg.queue_id,
+                phy,
+                size,
+                msg.tags_code,
+                first_queue_offset + i,
+                store_timestamp,
+                sys_flag,
+                msg.properties,
+            )
             msg_ids.append(create_offset_message_id(msg.store_host, phy))
             phy += size
         return PutMessageResult(

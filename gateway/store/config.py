@@ -45,6 +45,21 @@ class StoreConfig:
     brokerRole: str = ASYNC_MASTER
     offsetCheckInSlave: bool = False
     messageDelayLevel: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    # index
+    messageIndexEnable: bool = True
+    maxHashSlotNum: int = 5000000
+    maxIndexNum: int = 5000000 * 4
+    maxMsgsNumBatch: int = 64
+    defaultQueryMaxNum: int = 32
+    # retention and disk guard
+    fileReservedTime: int = 72  # hours
+    deleteWhen: str = "04"  # hours of day, ';'-separated
+    diskMaxUsedSpaceRatio: int = 75  # percent
+    cleanResourceInterval: int = 10000
+    cleanFileForciblyEnable: bool = True
+    # Java reads these two from the system properties rocketmq.broker.diskSpace*; here they are settings.
+    diskSpaceWarningLevelRatio: float = 0.90
+    diskSpaceCleanForciblyRatio: float = 0.85
 
     # broker.conf loading sets attributes after construction, so derived values are computed on use.
 

@@ -8,12 +8,13 @@ import struct
 from collections.abc import Callable
 
 from .config import CQ_STORE_UNIT_SIZE
-from .mapped_file import MappedFileQueue
+from .mapped_file import MappedFile, MappedFileQueue
 
 log = logging.getLogger(__name__)
 
 # commitlog offset (int64), record size (int32), tagsCode (int64)
 _UNIT = struct.Struct(">qiq")
+_OFFSET = struct.Struct(">q")
 # Java front-pads a queue whose first file starts late with these (offset 0, size Integer.MAX_VALUE, tag 0).
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = _UNIT.pack(0, BLANK_UNIT_SIZE, 0)
@@ -143,7 +144,10 @@ class ConsumeQueue:
         return index + units - index % units
 
     def correct_min_offset(self, phy_min_offset: int) -> None:
-        """Move the min offset to the first unit of the first file whose record is still in the commitlog."""
+        """Move the min offset to the first unit of the first file whose record is still in the commitlog.
+
+        When the queue has a single file and none of its records is left, the queue is empty: min = max.
+        """
         files = self.queue.files
         if not files:
             return
@@ -153,6 +157,22 @@ class ConsumeQueue:
             if size != BLANK_UNIT_SIZE and offset >= phy_min_offset:
                 self.min_logic_offset = f.file_from_offset + i * CQ_STORE_UNIT_SIZE
                 return
+        if len(files) == 1:
+            self.min_logic_offset = max(self.min_logic_offset, self.queue.wrote_where)
+
+    def delete_expired_file(self, phy_min_offset: int) -> list[MappedFile]:
+        """Detach the oldest files (never the newest) whose last unit points below commitlog ``phy_min_offset``,
+        then correct the min offset (``deleteExpiredFile``).  The caller destroys the returned files."""
+        files = self.queue.files
+        count = 0
+        for f in files[:-1]:
+            (last_offset,) = _OFFSET.unpack_from(f.mm, f.file_size - CQ_STORE_UNIT_SIZE)
+            if last_offset >= phy_min_offset:
+                break
+            count += 1
+        expired = self.queue.detach_first(count)
+        self.correct_min_offset(phy_min_offset)
+        return expired
 
     def get_offset_in_queue_by_time(self, timestamp: int, store_time: Callable[[int, int], int]) -> int:
         """Logical offset whose record's store time is ``timestamp``, else the nearer neighbour, else the edge.

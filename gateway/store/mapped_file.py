@@ -1,8 +1,8 @@
 """Fixed-size segment files named by their starting global offset, mapped whole (MappedFile, MappedFileQueue).
 
-Threading: appends, reads and file creation happen on one thread (the reactor); ``flush`` may run on
-one worker thread at a time.  A queue's lock is held while fsyncing and while closing files, so a
-worker never syncs a file descriptor that is being closed.
+Threading: appends, reads and changes to the file list happen on one thread (the reactor); ``flush`` and
+``destroy_files`` may run on worker threads.  A queue's lock is held while fsyncing and while closing or
+deleting files, so a worker never syncs a file descriptor that is being closed.
 """
 
 from __future__ import annotations
@@ -279,6 +279,36 @@ class MappedFileQueue:
         self.wrote_where = offset
         self.flushed_where = min(self.flushed_where, offset)
         return cut, dropped
+
+    def detach_first(self, count: int) -> list[MappedFile]:
+        """Remove the ``count`` oldest segments from the queue (never the newest) and return them, still mapped.
+
+        Does not wait for a running flush (rebinding the list is atomic); pass them to ``destroy_files``.
+        """
+        count = min(count, len(self.files) - 1)
+        if count <= 0:
+            return []
+        expired, self.files = self.files[:count], self.files[count:]
+        return expired
+
+    def destroy_files(self, files: list[MappedFile]) -> None:
+        """Blocking: delete detached segments, after any flush that may still be syncing them."""
+        with self._lock:
+            for f in files:
+                f.destroy()
+
+    def delete_expired_file_by_time(
+        self, expired_ms: int, now_ms: int, clean_immediately: bool, batch_max: int = 10
+    ) -> list[MappedFile]:
+        """Detach up to ``batch_max`` of the oldest segments last modified ``expired_ms`` ago or earlier
+        (all but the newest with ``clean_immediately``), stopping at the first younger one
+        (``deleteExpiredFileByTime``)."""
+        count = 0
+        for f in self.files[: min(len(self.files) - 1, batch_max)]:
+            if not clean_immediately and now_ms < os.stat(f.path).st_mtime_ns // 1_000_000 + expired_ms:
+                break  # never delete from the middle
+            count += 1
+        return self.detach_first(count)
 
     def close(self) -> None:
         """Unmap and close every segment."""

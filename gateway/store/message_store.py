@@ -1,8 +1,8 @@
-"""The store the broker talks to: commitlog + consume queues + checkpoint, with recovery (DefaultMessageStore).
+"""The store the broker talks to: commitlog + consume queues + index + checkpoint, with recovery (DefaultMessageStore).
 
 Everything runs on the caller's thread (the reactor) except ``flush`` and ``flush_consume_queues``, which a
-worker thread may run while appends continue.  A message is dispatched to its consume queue before
-``put_message`` returns, so it is pullable at once.
+worker thread may run while appends continue.  A message is dispatched to its consume queue and the index
+before ``put_message`` returns, so it is pullable and can be looked up at once.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ from .api import (
     MessageFilter,
     PutMessageResult,
     PutMessageStatus,
+    QueryMessageResult,
     RecoveryReport,
 )
 from .checkpoint import StoreCheckpoint
-from .commit_log import CommitLog, DispatchRequest, is_dispatched
+from .commit_log import MIN_RECORD_SIZE, CommitLog, DispatchRequest, is_dispatched
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
+from .index_service import IndexService
 from .mapped_file import StoreLoadError
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 _UNIT = struct.Struct(">qiq")
 _II = struct.Struct(">ii")
+_PHYSICAL_OFFSET = struct.Struct(">q")
+_PHYSICAL_OFFSET_POS = 28
 
 
 class DefaultMessageStore:
@@ -54,8 +58,11 @@ class DefaultMessageStore:
         self.arriving_listener: ArrivingListener | None = None
         self.commit_log = CommitLog(config, self._dispatch)
         self.consume_queue_table: dict[tuple[str, int], ConsumeQueue] = {}
+        self.index_service = IndexService(config)
         self.checkpoint: StoreCheckpoint | None = None
         self.running = False
+        # RunningFlags' disk-full bit: set by the clean service above diskSpaceWarningLevelRatio, refuses writes.
+        self.disk_full = False
         self._lock_fd: int | None = None
         self._logics_timestamp = 0  # store time of the last record indexed in a consume queue
         self._memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * config.accessMessageInMemoryMaxRatio / 100)
@@ -105,6 +112,7 @@ class DefaultMessageStore:
         self.consume_queue_table.clear()
         report.files_dropped += self.commit_log.load()
         report.files_dropped += self._load_consume_queues()
+        report.files_dropped += self.index_service.load()
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
         # Consume queues first: their written end and the commitlog offset they reach.
         for cq in self.consume_queue_table.values():
@@ -117,6 +125,8 @@ class DefaultMessageStore:
                 report.files_dropped += [f.path for f in cq.queue.files]
                 cq.destroy()
             self.consume_queue_table.clear()
+            report.files_dropped += [f.path for f in self.index_service.files]
+            self.index_service.destroy()
             self._rebuild_topic_queue_table()
             return report
 
@@ -127,13 +137,24 @@ class DefaultMessageStore:
         # deleted topic is not brought back; after a crash every record scanned is (queues skip what they have).
         reach = max((cq.max_physic_offset for cq in self.consume_queue_table.values()), default=-1)
         reput_from = max(reach, cl.min_offset)
-        start = min(start, cl.segment_start(reput_from))
+        # The index is rebuilt from wherever it stops (the commitlog's start when it has no files at all).
+        index = self.index_service
+        index_enabled = self.config.messageIndexEnable
+        index_from = max(index.last_indexed_offset + 1, cl.min_offset) if index_enabled else reput_from
+        start = min(start, cl.segment_start(reput_from), cl.segment_start(index_from))
         report.scan_from = start
         redispatch_from = start if abnormal else reput_from
 
         def on_record(req: DispatchRequest) -> None:
-            if req.commit_log_offset >= redispatch_from and is_dispatched(req.sys_flag) and self._redispatch(req):
+            offset = req.commit_log_offset
+            if offset >= redispatch_from and is_dispatched(req.sys_flag) and self._redispatch(req):
                 report.records_redispatched += 1
+            if (
+                index_enabled
+                and offset >= index_from
+                and index.build_index(req.topic, offset, req.store_timestamp, req.sys_flag, req.properties)
+            ):
+                report.index_records_rebuilt += 1
 
         report.records_kept, report.bytes_truncated, dropped = cl.recover(start, on_record, abnormal)
         report.files_dropped += dropped
@@ -143,6 +164,8 @@ class DefaultMessageStore:
                 units, dropped = cq.truncate_dirty_logic_files(end)
                 report.cq_units_truncated += units
                 report.files_dropped += dropped
+        report.index_entries_truncated, dropped = index.truncate(end)
+        report.files_dropped += dropped
         if abnormal:
             # What was scanned may not have reached the disk before the crash: sync it on the first flush.
             cl.queue.flushed_where = min(cl.queue.flushed_where, start)
@@ -197,6 +220,7 @@ class DefaultMessageStore:
         self.commit_log.close()
         for cq in self.consume_queue_table.values():
             cq.close()
+        self.index_service.close()
         if self.checkpoint is not None:
             self.checkpoint.close()
             self.checkpoint = None
@@ -210,6 +234,7 @@ class DefaultMessageStore:
         self.commit_log.destroy()
         shutil.rmtree(self.config.commit_log_path, ignore_errors=True)
         shutil.rmtree(self.config.consume_queue_root, ignore_errors=True)
+        shutil.rmtree(self.index_service.store_path, ignore_errors=True)
         for name in ("checkpoint", "abort", "lock"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._path(name))
@@ -218,7 +243,7 @@ class DefaultMessageStore:
     # -- write -------------------------------------------------------------------------------------------
 
     def _writable(self) -> bool:
-        return self.running and self.config.brokerRole != SLAVE
+        return self.running and not self.disk_full and self.config.brokerRole != SLAVE
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """Store one message; it is in its consume queue (and pullable) when this returns."""
@@ -240,8 +265,21 @@ class DefaultMessageStore:
         return cq
 
     def _dispatch(
-        self, topic: str, queue_id: int, offset: int, size: int, tags: int, cq_offset: int, store_timestamp: int
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        size: int,
+        tags: int,
+        cq_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+        properties: str,
     ) -> None:
+        if self.config.messageIndexEnable:
+            self.index_service.build_index(topic, offset, store_timestamp, sys_flag, properties)
+        if not is_dispatched(sys_flag):
+            return
         cq = self.consume_queue_table.get((topic, queue_id)) or self._find_consume_queue(topic, queue_id)
         cq.put_message_position_info(offset, size, tags, cq_offset)
         self._logics_timestamp = store_timestamp
@@ -414,15 +452,42 @@ class DefaultMessageStore:
         return self.commit_log.max_offset - unit[0] > self._memory
 
     def look_message_by_offset(self, phy_offset: int) -> bytes | None:
-        """The whole record at commitlog ``phy_offset`` (a copy), or None."""
+        """The whole record starting at commitlog ``phy_offset`` (a copy), or None if no record starts there."""
         head = self.commit_log.get_message(phy_offset, _II.size)
         if head is None:
             return None
         size, magic = _II.unpack_from(head)
-        if magic != MESSAGE_MAGIC_CODE:
+        if magic != MESSAGE_MAGIC_CODE or size < _PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET.size:
             return None
         record = self.commit_log.get_message(phy_offset, size)
-        return None if record is None else bytes(record)
+        if record is None or _PHYSICAL_OFFSET.unpack_from(record, _PHYSICAL_OFFSET_POS)[0] != phy_offset:
+            return None
+        return bytes(record)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """Records indexed under ``topic#key`` stored within [begin, end] (``queryMessage``), oldest first.
+
+        As Java, when every offset found points at a deleted record the lookup is retried (up to three times)
+        with the time range ending at the oldest of them.
+        """
+        result = QueryMessageResult()
+        last_query_time = end
+        for _ in range(3):
+            found = self.index_service.query_offset(topic, key, max_num, begin, last_query_time)
+            if not found.phy_offsets:
+                break
+            found.phy_offsets.sort()
+            result.index_last_update_timestamp = found.index_last_update_timestamp
+            result.index_last_update_phyoffset = found.index_last_update_phyoffset
+            for i, offset in enumerate(found.phy_offsets):
+                if i == 0:
+                    last_query_time = self.commit_log.pickup_store_timestamp(offset, MIN_RECORD_SIZE)
+                record = self.look_message_by_offset(offset)
+                if record is not None:
+                    result.buffers.append(record)
+            if result.buffers or last_query_time < begin:
+                break
+        return result
 
     def select_one_message_by_offset(self, phy_offset: int, size: int) -> memoryview | None:
         """``size`` bytes of commitlog at ``phy_offset`` without copying, or None."""
@@ -478,15 +543,19 @@ class DefaultMessageStore:
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Blocking: fsync consume queues with at least ``least_pages`` dirty pages, then the checkpoint.
 
-        Only a thorough flush (``least_pages`` 0) advances the checkpoint's consume-queue time, since only
-        then is every unit before it durable.  Safe to call from a worker thread.
+        Only a thorough flush (``least_pages`` 0) also syncs the index files and advances the checkpoint's
+        consume-queue and index times, since only then is everything before them durable.  Safe to call from
+        a worker thread.
         """
         logics_timestamp = self._logics_timestamp
         for cq in list(self.consume_queue_table.values()):
             cq.flush(least_pages)
+        index_timestamp = self.index_service.flush() if least_pages == 0 else 0
         checkpoint = self.checkpoint
         if checkpoint is None:
             return
         if least_pages == 0 and logics_timestamp:
             checkpoint.logics_msg_timestamp = logics_timestamp
+        if index_timestamp:
+            checkpoint.index_msg_timestamp = index_timestamp
         checkpoint.flush()

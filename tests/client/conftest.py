@@ -27,6 +27,7 @@ class Servers:
     namesrv_addr: str
     broker_addr: str
     admin: Admin
+    broker: BrokerController
 
     async def topic(self, queues: int = 4) -> str:
         """A new topic with ``queues`` queues, routed by the name server."""
@@ -55,9 +56,15 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
             "brokerName": "broker-a",
             "listenPort": "0",
             "storePathRootDir": str(root / "store"),
+            "enablePropertyFilter": "true",  # SQL92 subscriptions
+            # Retries (delay level 3 and up) and transaction check-backs within a test's patience.
+            "messageDelayLevel": " ".join(["1s"] * 18),
+            "transactionCheckInterval": "300",
+            "transactionTimeOut": "1000",
         },
     )
-    service = GatewayService(NamesrvController(namesrv_cfg, reactor), BrokerController(broker_cfg, store_cfg, reactor))
+    broker = BrokerController(broker_cfg, store_cfg, reactor)
+    service = GatewayService(NamesrvController(namesrv_cfg, reactor), broker)
     service.startService()
     admin = Admin(broker_cfg.namesrvAddr)
     # The broker registers asynchronously; topics are created through TBW102's route.
@@ -65,7 +72,7 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
         if await admin.client.api.get_topic_route("TBW102") is not None:
             break
         await sleep(0.02)
-    yield Servers(broker_cfg.namesrvAddr, broker_cfg.broker_addr, admin)
+    yield Servers(broker_cfg.namesrvAddr, broker_cfg.broker_addr, admin, broker)
     await admin.shutdown()
     await service.stopService()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ BORN_HOST = pack_host("10.0.0.7", 50123)
 STORE_HOST = pack_host("127.0.0.1", 10911)
 CL_SIZE = 4096
 CQ_SIZE = 20 * 16
+HASH_SLOTS = 31
+INDEX_NUM = 48
 
 _uniq = itertools.count()
 
@@ -54,11 +57,34 @@ def crash(store: DefaultMessageStore) -> None:
     store.running = False
 
 
+def lose_commit_log_from(config: StoreConfig, offset: int) -> None:
+    """What a power cut leaves of a crashed store's commitlog when only bytes before ``offset`` were durable:
+    zeros after it, and segments created after it empty (their creation was lost too)."""
+    path = Path(config.commit_log_path)
+    for seg in sorted(path.iterdir()) if path.is_dir() else []:
+        start = int(seg.name)
+        if start >= offset:
+            os.truncate(seg, 0)
+        elif offset - start < config.mappedFileSizeCommitLog:
+            with open(seg, "r+b") as f:
+                f.seek(offset - start)
+                f.write(bytes(config.mappedFileSizeCommitLog - (offset - start)))
+
+
+def small_config(root: str) -> StoreConfig:
+    """Tiny segments, consume-queue files and index files, so a few dozen messages cross every boundary."""
+    return StoreConfig(
+        storePathRootDir=root,
+        mappedFileSizeCommitLog=CL_SIZE,
+        mappedFileSizeConsumeQueue=CQ_SIZE,
+        maxHashSlotNum=HASH_SLOTS,
+        maxIndexNum=INDEX_NUM,
+    )
+
+
 @pytest.fixture
 def config(tmp_path: Path) -> StoreConfig:
-    return StoreConfig(
-        storePathRootDir=str(tmp_path / "store"), mappedFileSizeCommitLog=CL_SIZE, mappedFileSizeConsumeQueue=CQ_SIZE
-    )
+    return small_config(str(tmp_path / "store"))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -126,13 +127,14 @@ def test_kill_9(config: StoreConfig) -> None:
         import sys
         sys.path.insert(0, {str(root)!r})
         from gateway.remoting.message import pack_host
-        from gateway.store import DefaultMessageStore, MessageExtBrokerInner, StoreConfig
-        store = DefaultMessageStore(StoreConfig(storePathRootDir={config.storePathRootDir!r},
-                                                mappedFileSizeCommitLog={CL_SIZE}, mappedFileSizeConsumeQueue=320))
+        from gateway.store import DefaultMessageStore, MessageExtBrokerInner
+        from tests.store.conftest import small_config
+        store = DefaultMessageStore(small_config({config.storePathRootDir!r}))
         store.start()
         host = pack_host("127.0.0.1", 10911)
         for i in range(200):
-            store.put_message(MessageExtBrokerInner("TopicTest", 0, 0, b"%d" % i, "", 0, 0, 0, host, host))
+            props = "UNIQ_KEY\x01U%d" % i
+            store.put_message(MessageExtBrokerInner("TopicTest", 0, 0, b"%d" % i, props, 0, 0, 0, host, host))
             if i == 99:
                 store.flush()
                 store.flush_consume_queues(0)
@@ -152,6 +154,10 @@ def test_kill_9(config: StoreConfig) -> None:
     try:
         assert report.abnormal and report.records_kept == 200
         assert read_all(store) == [b"%d" % i for i in range(200)]  # the page cache survived the process
+        assert report.index_records_rebuilt == report.index_entries_truncated == 0  # so did the index
+        for i in (0, 99, 100, 199):
+            found = decode_records(b"".join(store.query_message("TopicTest", f"U{i}", 32, 0, 1 << 62).buffers))
+            assert [m.body for m in found] == [b"%d" % i]
     finally:
         store.shutdown()
 
@@ -379,6 +385,4 @@ def test_wrong_segment_size_refuses_to_start(open_store: Opener, config: StoreCo
     os.truncate(segment(config, 0), CL_SIZE * 2)
     with pytest.raises(StoreLoadError):
         DefaultMessageStore(config).start()
-    open_store(
-        StoreConfig(config.storePathRootDir, mappedFileSizeCommitLog=CL_SIZE * 2, mappedFileSizeConsumeQueue=320)
-    )
+    open_store(dataclasses.replace(config, mappedFileSizeCommitLog=CL_SIZE * 2))

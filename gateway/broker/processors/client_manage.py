@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from twisted.logger import Logger
+
+from gateway.filter import FilterError, compile_expression, is_tag_type
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import HeartbeatData, SubscriptionData
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
@@ -17,6 +20,8 @@ if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
 
     from ..controller import BrokerController
+
+log = Logger()
 
 
 class ClientManageProcessor:
@@ -56,6 +61,9 @@ class ClientManageProcessor:
                 consumer.subscription_data_set,
                 notify and broker.config.notifyConsumerIdsChangedEnable,
             )
+            # A bad SQL92 expression is only logged here, as in Apache: the heartbeat still succeeds, and its
+            # pulls answer FILTER_DATA_NOT_EXIST. Clients find out at start from CHECK_CLIENT_CONFIG.
+            broker.consumer_filters.register(consumer.group_name, consumer.subscription_data_set)
         for producer in data.producer_data_set:
             broker.producers.register_producer(
                 producer.group_name, ClientChannelInfo(channel, data.client_id, request.language, request.version)
@@ -74,15 +82,27 @@ class ClientManageProcessor:
         return request.response(ResponseCode.SUCCESS)
 
     def check_client_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """A consumer about to start asks whether its subscription's expression works here."""
         body = fastjson.loads(request.body) if request.body else {}
-        sub = SubscriptionData.from_json(body.get("subscriptionData") or {})
-        if sub.expression_type == "TAG" or not sub.expression_type:
+        if not body.get("subscriptionData"):
+            return request.response(ResponseCode.SUCCESS)
+        sub = SubscriptionData.from_json(body["subscriptionData"])
+        if is_tag_type(sub.expression_type):
             return request.response(ResponseCode.SUCCESS)
         if not self.broker.config.enablePropertyFilter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
-        return request.response(
-            ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"Unsupported expression type {sub.expression_type}"
-        )
+        try:
+            compile_expression(sub.expression_type, sub.sub_string)
+        except FilterError as e:
+            log.warn(
+                "Client {client}@{group} filter message, but failed to compile expression! sub={sub}, error={error}",
+                client=body.get("clientId"),
+                group=body.get("group"),
+                sub=sub.sub_string,
+                error=e,
+            )
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
+        return request.response(ResponseCode.SUCCESS)

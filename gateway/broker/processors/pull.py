@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.filter import Expression, FilterError, compile_expression, is_tag_type
 from gateway.remoting.bodies import MessageModel, SubscriptionData
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader, PullSysFlag
 from gateway.store.api import GetMessageStatus
 
+from ..consumer_filter import filter_by_properties
 from ..longpoll import PullRequest
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ _STATUS_CODES = {
 
 def tag_filter(sub: SubscriptionData | None) -> Callable[[int], bool] | None:
     """Broker-side TAG filter: ``*`` matches all, else the tag hash must be in the subscription's codeSet."""
-    if sub is None or sub.sub_string == SubscriptionData.SUB_ALL or sub.expression_type != "TAG":
+    if sub is None or sub.sub_string == SubscriptionData.SUB_ALL or not is_tag_type(sub.expression_type):
         return None
     codes = frozenset(sub.code_set)
     return codes.__contains__
@@ -96,9 +98,19 @@ class PullMessageProcessor:
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
                 f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.peer}]",
             )
+        # SQL92 (or another non-TAG type): units all pass the consume-queue check, records are then
+        # matched on their properties by this compiled expression.
+        expression: Expression | None = None
         if has_subscription:
             sub = SubscriptionData.build(header.topic, header.subscription, header.expression_type)
             sub.sub_version = header.sub_version
+            if not is_tag_type(sub.expression_type):
+                try:
+                    expression = compile_expression(sub.expression_type, header.subscription)
+                except FilterError:
+                    return request.response(
+                        ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+                    )
         else:
             cg = broker.consumers.get(header.consumer_group)
             if cg is None:
@@ -119,7 +131,19 @@ class PullMessageProcessor:
                 )
             if sub.sub_version < header.sub_version:
                 return request.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-        if sub.expression_type != "TAG" and not cfg.enablePropertyFilter:
+            if not is_tag_type(sub.expression_type):
+                filter_data = broker.consumer_filters.get(header.topic, header.consumer_group)
+                if filter_data is None:
+                    return request.response(
+                        ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                    )
+                if filter_data.client_version < header.sub_version:
+                    return request.response(
+                        ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest"
+                    )
+                expression = filter_data.compiled
+        if expression is not None and not cfg.enablePropertyFilter:
             return request.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
@@ -128,6 +152,8 @@ class PullMessageProcessor:
         result = broker.store.get_message(
             header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, msg_filter
         )
+        if expression is not None:
+            filter_by_properties(result, expression)
         status = result.status
         if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
             code = ResponseCode.PULL_OFFSET_MOVED if header.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND

@@ -1,4 +1,9 @@
-"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE (SendMessageProcessor)."""
+"""SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK (SendMessageProcessor).
+
+Only messages that ask for more leave the plain path: ``TRAN_MSG`` ones become half messages, ``DELAY`` and
+timer ones are parked until due (schedule.py, timer.py), and ``%RETRY%`` ones past their group's maximum
+reconsume times go to the dead-letter queue.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from twisted.internet.defer import Deferred
 
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from gateway.remoting.headers import SendMessageRequestHeader
+from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from gateway.remoting.message import (
     PROPERTY_SEPARATOR,
     MessageConst,
@@ -23,18 +28,27 @@ from gateway.remoting.message import (
 )
 from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 
+from ..inner import inner_from_ext, look_message
 from ..managers import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    retry_topic,
     validate_topic,
 )
+from ..schedule import handle_schedule_message
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
 
     from ..controller import BrokerController
 
+# MQVersion V3_4_9: from it on, clients send their own maxReconsumeTimes.
+VERSION_3_4_9 = 121
+DLQ_NUMS_PER_GROUP = 1
+# TopicSysFlag: the retry topic of a unit-mode group "has unit subscription".
+_UNIT_SUB_FLAG = 0x2
+_RW = PermName.PERM_READ | PermName.PERM_WRITE
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
 # PutMessageStatus → (response code, remark)
@@ -82,6 +96,7 @@ class SendMessageProcessor:
             RequestCode.SEND_MESSAGE: self.process,
             RequestCode.SEND_MESSAGE_V2: self.process,
             RequestCode.SEND_BATCH_MESSAGE: self.process,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
         }
 
     def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | Deferred[Any]:
@@ -89,8 +104,8 @@ class SendMessageProcessor:
             header = SendMessageRequestHeader.decode_v2(request.ext_fields)
         else:
             header = SendMessageRequestHeader.decode(request.ext_fields)
-        ext = dict(self._region_ext)
-        error = self._check(request, header)
+        ext = self.region_ext()
+        error = self.msg_check(request, header)
         if error is not None:
             code, remark = error
             return request.response(code, remark, ext)
@@ -98,7 +113,11 @@ class SendMessageProcessor:
             return self._send_batch(channel, request, header, ext)
         return self._send(channel, request, header, ext)
 
-    def _check(self, request: RemotingCommand, header: SendMessageRequestHeader) -> tuple[int, str] | None:
+    def region_ext(self) -> dict[str, str]:
+        """MSG_REGION and TRACE_ON: in every send response, success or not."""
+        return dict(self._region_ext)
+
+    def msg_check(self, request: RemotingCommand, header: SendMessageRequestHeader) -> tuple[int, str] | None:
         """msgCheck: broker permission, topic name, topic existence (auto-create), queue id range."""
         broker = self.broker
         cfg = broker.config
@@ -141,31 +160,37 @@ class SendMessageProcessor:
             )
         return None
 
-    def _queue_id(self, header: SendMessageRequestHeader) -> int:
+    def queue_id(self, header: SendMessageRequestHeader) -> int:
+        """The requested queue, or a random write queue of the topic."""
         if header.queue_id >= 0:
             return header.queue_id
         tc = self.broker.topics.select(header.topic)
         return random.randrange(max(tc.write_queue_nums, 1)) if tc else 0
 
-    def _retry_to_dlq(self, header: SendMessageRequestHeader, request: RemotingCommand, props: dict[str, str]) -> str:
-        """A client re-sending to %RETRY% after too many attempts goes to the group's DLQ (§7.3)."""
-        topic = header.topic
-        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return topic
-        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+    def _retry_to_dlq(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, props: dict[str, str]
+    ) -> str | tuple[int, str]:
+        """A client re-sending to %RETRY% after too many attempts goes to the group's DLQ (handleRetryAndDLQ).
+
+        Returns the topic to store in, or a refusal (code, remark).
+        """
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         cfg = self.broker.groups.find(group)
-        max_times = cfg.retry_max_times if cfg else 16
-        if request.version >= 121 and header.max_reconsume_times is not None:
+        if cfg is None:
+            return ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}"
+        max_times = cfg.retry_max_times
+        if request.version >= VERSION_3_4_9 and header.max_reconsume_times is not None:
             max_times = header.max_reconsume_times
-        if (header.reconsume_times or 0) >= max_times:
-            dlq = DLQ_GROUP_TOPIC_PREFIX + group
-            self.broker.topics.create_topic_in_send_message_back_method(
-                dlq, 1, PermName.PERM_READ | PermName.PERM_WRITE
-            )
-            props.pop(MessageConst.DELAY_TIME_LEVEL, None)
-            header.queue_id = 0
-            return dlq
-        return topic
+        if (header.reconsume_times or 0) < max_times:
+            return header.topic
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        header.queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+        return self._dlq_topic(group)
+
+    def _dlq_topic(self, group: str) -> str:
+        dlq = DLQ_GROUP_TOPIC_PREFIX + group
+        self.broker.topics.create_topic_in_send_message_back_method(dlq, DLQ_NUMS_PER_GROUP, _RW)
+        return dlq
 
     def _base_sys_flag(self, header: SendMessageRequestHeader) -> int:
         sys_flag = header.sys_flag
@@ -179,18 +204,17 @@ class SendMessageProcessor:
     ) -> RemotingCommand | Deferred[Any]:
         broker = self.broker
         props = string_to_properties(header.properties)
-        if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
-            return request.response(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.config.brokerIP1}] sending transaction message is forbidden",
-                ext,
-            )
-        topic = self._retry_to_dlq(header, request, props)
+        topic = header.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            routed = self._retry_to_dlq(header, request, props)
+            if isinstance(routed, tuple):
+                return request.response(*routed, ext)
+            topic = routed
         props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
         props[MessageConst.CLUSTER] = broker.config.brokerClusterName
         msg = MessageExtBrokerInner(
             topic=topic,
-            queue_id=self._queue_id(header),
+            queue_id=self.queue_id(header),
             flag=header.flag,
             body=request.body,
             properties=properties_to_string(props),
@@ -201,8 +225,65 @@ class SendMessageProcessor:
             store_host=broker.store_host,
             reconsume_times=header.reconsume_times or 0,
         )
-        result = broker.store.put_message(msg)
-        return self._respond(request, result, msg.queue_id, ext)
+        queue_id = msg.queue_id
+        if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            if broker.config.rejectTransactionMessage:
+                return request.response(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{broker.config.brokerIP1}] sending transaction message is forbidden",
+                    ext,
+                )
+            result = broker.transactions.bridge.put_half_message(msg, props)
+        else:
+            remark = handle_schedule_message(broker, msg, props)
+            if remark is not None:
+                return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
+            result = broker.store.put_message(msg)
+        # The answer names the requested queue even when the message is parked in a system queue.
+        return self._respond(request, result, queue_id, ext)
+
+    def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
+        3 + reconsumeTimes unless the consumer names one), or goes to %DLQ%<group> after too many attempts."""
+        header = ConsumerSendMsgBackRequestHeader.decode(request.ext_fields)
+        broker = self.broker
+        cfg = broker.groups.find(header.group)
+        if cfg is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {header.group}"
+            )
+        if not broker.config.brokerPermission & PermName.PERM_WRITE:
+            return request.response(
+                ResponseCode.NO_PERMISSION, f"the broker[{broker.config.brokerIP1}] sending message is forbidden"
+            )
+        if cfg.retry_queue_nums <= 0:
+            return request.response(ResponseCode.SUCCESS)  # the group wants no retries: drop it
+        topic = retry_topic(header.group)
+        tc = broker.topics.create_topic_in_send_message_back_method(
+            topic, cfg.retry_queue_nums, _RW, _UNIT_SUB_FLAG if header.unit_mode else 0
+        )
+        if not tc.perm & PermName.PERM_WRITE:
+            return request.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        msg = look_message(broker.store, header.offset)
+        if msg is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
+        props = dict(msg.properties)
+        props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
+        props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
+        max_times = cfg.retry_max_times
+        if request.version >= VERSION_3_4_9 and header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        delay_level = header.delay_level
+        if msg.reconsume_times >= max_times or delay_level < 0:
+            topic = self._dlq_topic(header.group)
+            queue_id = random.randrange(DLQ_NUMS_PER_GROUP)
+            props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        else:
+            queue_id = random.randrange(cfg.retry_queue_nums)
+            props[MessageConst.DELAY_TIME_LEVEL] = str(delay_level or 3 + msg.reconsume_times)
+        inner = inner_from_ext(msg, topic, queue_id, props, reconsume_times=msg.reconsume_times + 1)
+        handle_schedule_message(broker, inner, props)
+        return put_result_response(request, broker.store.put_message(inner))
 
     def _send_batch(
         self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
@@ -225,7 +306,7 @@ class SendMessageProcessor:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", ext)
         if not entries:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch", ext)
-        queue_id = self._queue_id(header)
+        queue_id = self.queue_id(header)
         sys_flag = self._base_sys_flag(header)
         born_host = broker.born_host(channel)
         msgs = []
@@ -275,3 +356,11 @@ class SendMessageProcessor:
                 ext,
             )
         )
+
+
+def put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
+    """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code."""
+    if result.ok:
+        return request.response(ResponseCode.SUCCESS)
+    code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, str(result.status)))
+    return request.response(code, remark)

@@ -1,0 +1,91 @@
+"""Servers with ACL or TLS for the security compatibility tests, and a TLS caller (stdlib ``ssl``).
+
+Import the fixtures into a test module to use them there.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.acl.signer import SessionCredentials
+from gateway.remoting.codec import FrameDecoder, encode
+from gateway.remoting.command import RemotingCommand
+from gateway.tls import certs
+
+from .servers import GatewayServers
+
+ADMIN = SessionCredentials("rocketmq2", "12345678")
+APP = SessionCredentials("appUser01", "appSecret01")
+
+PLAIN_ACL_YML = """\
+globalWhiteRemoteAddresses: []
+accounts:
+  - accessKey: rocketmq2
+    secretKey: 12345678
+    admin: true
+  - accessKey: appUser01
+    secretKey: appSecret01
+    defaultTopicPerm: PUB|SUB
+    defaultGroupPerm: SUB
+    topicPerms:
+      - DeniedTopic=DENY
+    groupPerms:
+      - DeniedGroup=DENY
+"""
+
+
+@pytest.fixture(scope="module")
+def acl_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    root = tmp_path_factory.mktemp("gateway-acl")
+    (root / "home" / "conf").mkdir(parents=True)
+    (root / "home" / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    s = GatewayServers(root, {"aclEnable": "true", "rocketmqHome": str(root / "home")}, sign=ADMIN.sign).start()
+    s.create_topic("DeniedTopic")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> certs.DevPki:
+    return certs.write_dev_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def tls_servers(tmp_path_factory: pytest.TempPathFactory, pki: certs.DevPki) -> Iterator[GatewayServers]:
+    """Enforcing mutual TLS on both servers; the broker's own links to the NameServer use TLS."""
+    server = pki.server_properties()
+    s = GatewayServers(
+        tmp_path_factory.mktemp("gateway-tls"), {**server, **pki.client_properties()}, namesrv_config=server
+    ).start()
+    yield s
+    s.stop()
+
+
+def tls_call(addr: str, request: RemotingCommand, context: ssl.SSLContext) -> RemotingCommand:
+    host, _, port = addr.rpartition(":")
+    request.opaque = 1
+    with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw) as sock:
+        sock.sendall(encode(request))
+        decoder = FrameDecoder()
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise ConnectionError(f"{addr} closed the connection")
+            for cmd in decoder.feed(data):
+                return cmd
+
+
+def tls_context(pki: certs.DevPki | None, cert: str | None = "client") -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    if pki is None:
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    ctx.load_verify_locations(pki.path("ca.pem"))
+    if cert:
+        ctx.load_cert_chain(pki.path(f"{cert}.pem"), pki.path(f"{cert}.key"))
+    return ctx

@@ -1,0 +1,63 @@
+"""Stored messages put again by the broker itself (retry, delay delivery, transaction commit and check-back).
+
+Each of those reads a record back (``lookMessageByOffset``) and stores a copy elsewhere that keeps the
+body (still compressed, if it was), flag, sysFlag, born and store hosts of the original.
+"""
+
+from __future__ import annotations
+
+from gateway.remoting.message import (
+    MessageConst,
+    MessageExt,
+    RecordError,
+    decode_record,
+    pack_host,
+    properties_to_string,
+    tags_code,
+)
+from gateway.store.api import MessageExtBrokerInner, MessageStore
+
+
+def look_message(store: MessageStore, phy_offset: int) -> MessageExt | None:
+    """The message whose record starts at commitlog ``phy_offset``, or None."""
+    record = store.look_message_by_offset(phy_offset)
+    if record is None:
+        return None
+    try:
+        return decode_record(record)
+    except RecordError:
+        return None
+
+
+def packed_host(addr: str) -> bytes:
+    """``ip:port`` as records store it."""
+    host, _, port = addr.rpartition(":")
+    return pack_host(host, int(port))
+
+
+def inner_from_ext(
+    ext: MessageExt,
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str],
+    *,
+    sys_flag: int | None = None,
+    reconsume_times: int | None = None,
+    prepared_transaction_offset: int = 0,
+) -> MessageExtBrokerInner:
+    """A copy of ``ext`` for ``topic``/``queue_id`` with ``properties`` (WAIT dropped: nobody waits on it)."""
+    properties.pop(MessageConst.WAIT_STORE_MSG_OK, None)
+    return MessageExtBrokerInner(
+        topic=topic,
+        queue_id=queue_id,
+        flag=ext.flag,
+        body=ext.body,
+        properties=properties_to_string(properties),
+        tags_code=tags_code(properties.get(MessageConst.TAGS)),
+        sys_flag=ext.sys_flag if sys_flag is None else sys_flag,
+        born_timestamp=ext.born_timestamp,
+        born_host=packed_host(ext.born_host),
+        store_host=packed_host(ext.store_host),
+        reconsume_times=ext.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+    )

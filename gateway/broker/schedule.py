@@ -1,0 +1,170 @@
+"""Delay levels: messages parked in SCHEDULE_TOPIC_XXXX, re-put to their real topic when due (ScheduleMessageService).
+
+A message with ``DELAY`` = level (1..maxDelayLevel, from ``messageDelayLevel``) is stored in queue level-1 of
+SCHEDULE_TOPIC_XXXX with its real topic and queue in ``REAL_TOPIC``/``REAL_QID`` and its delivery time as the
+consume-queue tagsCode. Each level's queue is read in order from ``delayOffset.json``'s offset: a unit whose
+time has come is re-put to the real topic (DELAY removed), and the offset advances. Units of one level are in
+store order and share one delay, so the first unit not yet due ends that level's scan.
+
+The offsets are written every ``flushDelayOffsetInterval`` and at shutdown, as Java does: a clean restart
+delivers each message once; after a crash the last interval's deliveries may repeat (never go missing).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from twisted.logger import Logger
+
+from gateway.persist import load_with_backup, write_atomically
+from gateway.remoting import fastjson
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, properties_to_string
+from gateway.store.api import MessageExtBrokerInner
+from gateway.store.commit_log import now_ms
+
+from .inner import inner_from_ext, look_message
+from .managers import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+
+if TYPE_CHECKING:
+    from gateway.remoting.protocol import RemotingProtocol
+
+    from .controller import BrokerController
+
+log = Logger()
+
+# Delivery polls every 100 ms, as Java's DELAY_FOR_A_WHILE.
+DELIVER_INTERVAL = 0.1
+_TIMER_KEYS = (MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELAY_MS)
+_DELAYABLE = (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+def handle_schedule_message(broker: BrokerController, msg: MessageExtBrokerInner, props: dict[str, str]) -> str | None:
+    """Park ``msg`` if it asks for a delay level or (5.x) a delivery time (HookUtils.handleScheduleMessage).
+
+    ``props`` are ``msg``'s properties; ``msg`` is changed in place. Returns why a timer message is refused,
+    else None. A delay level wins over timer properties, which are then dropped, as in 5.x.
+    """
+    if MessageSysFlag.transaction_value(msg.sys_flag) not in _DELAYABLE:
+        return None
+    if MessageConst.DELAY_TIME_LEVEL in props:
+        level = _int(props[MessageConst.DELAY_TIME_LEVEL])
+        if level > 0:
+            for key in _TIMER_KEYS:
+                props.pop(key, None)
+            broker.schedule.transform(msg, props, level)
+        return None
+    if (
+        MessageConst.TIMER_DELIVER_MS in props
+        or MessageConst.TIMER_DELAY_SEC in props
+        or MessageConst.TIMER_DELAY_MS in props
+    ) and MessageConst.TIMER_OUT_MS not in props:
+        return broker.timer.transform(msg, props)
+    return None
+
+
+class ScheduleMessageService:
+    """Delay-level queues, their delivery offsets (``config/delayOffset.json``) and the delivery scan."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.delay_table = broker.store_config.delay_level_table()  # ms; index level-1
+        self.offset_table: dict[int, int] = {}
+        self.path = Path(broker.store_config.storePathRootDir) / "config" / "delayOffset.json"
+
+    @property
+    def max_delay_level(self) -> int:
+        return len(self.delay_table)
+
+    def handlers(self) -> dict[int, Any]:
+        return {RequestCode.GET_ALL_DELAY_OFFSET: self.get_all_delay_offset}
+
+    # -- state
+
+    def load(self) -> None:
+        """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
+        obj = load_with_backup(self.path, fastjson.loads) or {}
+        self.offset_table = {int(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
+        store = self.broker.store
+        for level, offset in list(self.offset_table.items()):
+            qid = level - 1
+            low = store.get_min_offset_in_queue(SCHEDULE_TOPIC, qid)
+            high = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
+            self.offset_table[level] = min(max(offset, low), high)
+
+    def persist(self) -> None:
+        write_atomically(self.path, self.encode())
+
+    def encode(self) -> bytes:
+        return fastjson.dumps({"offsetTable": dict(sorted(self.offset_table.items()))})
+
+    def get_all_delay_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        return request.response(body=self.encode())
+
+    # -- parking
+
+    def transform(self, msg: MessageExtBrokerInner, props: dict[str, str], level: int) -> None:
+        """Move ``msg`` to its level's queue (transformDelayLevelMessage); its tagsCode is the delivery time."""
+        level = min(level, self.max_delay_level)
+        props[MessageConst.DELAY_TIME_LEVEL] = str(level)
+        props[MessageConst.REAL_TOPIC] = msg.topic
+        props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.properties = properties_to_string(props)
+        msg.topic = SCHEDULE_TOPIC
+        msg.queue_id = level - 1
+        # Java computes it from the store time at dispatch; the store stamps the record within the same ms.
+        msg.tags_code = now_ms() + self.delay_table[level - 1]
+
+    # -- delivery
+
+    def deliver(self) -> None:
+        """One pass over every level: re-put what is due."""
+        for level in range(1, self.max_delay_level + 1):
+            try:
+                self._deliver_level(level)
+            except Exception:  # keep the other levels (and the next pass) going
+                log.failure("delivery of delay level {level} failed", level=level)
+
+    def _deliver_level(self, level: int) -> None:
+        store = self.broker.store
+        cq = store.consume_queue_table.get((SCHEDULE_TOPIC, level - 1))  # type: ignore[attr-defined]
+        if cq is None:
+            return
+        offset = min(max(self.offset_table.get(level, 0), cq.min_offset_in_queue), cq.max_offset_in_queue)
+        delay = self.delay_table[level - 1]
+        while offset < cq.max_offset_in_queue:
+            unit = cq.get_unit(offset)
+            if unit is None:
+                break
+            phy, _size, deliver_at = unit
+            now = now_ms()
+            # A time further ahead than the level's delay (clock moved back) is due now (correctDeliverTimestamp).
+            if now < deliver_at <= now + delay:
+                break
+            ext = look_message(store, phy)
+            if ext is not None and not self._deliver(ext):
+                break  # the store refused it: try again on the next pass
+            offset += 1
+        self.offset_table[level] = offset
+
+    def _deliver(self, ext: MessageExt) -> bool:
+        props = dict(ext.properties)
+        props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        topic = props.get(MessageConst.REAL_TOPIC)
+        if not topic or topic == TRANS_HALF_TOPIC:
+            log.error("delayed message {id} has no deliverable real topic ({topic})", id=ext.msg_id, topic=topic)
+            return True
+        inner = inner_from_ext(ext, topic, _int(props.get(MessageConst.REAL_QUEUE_ID)), props)
+        result = self.broker.store.put_message(inner)
+        if not result.ok:
+            log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
+        return result.ok

@@ -1,0 +1,140 @@
+"""RocketMQ 5 timer messages: delivery at a given time (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS).
+
+Not 5.x's timer wheel and timer log, but the same contract on the wire and in the store: the message is
+parked in ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS`` (its delivery time, also its tagsCode),
+``REAL_TOPIC`` and ``REAL_QID``, and re-put to its real topic once due (with ``TIMER_DEQUEUE_MS``; the kept
+``TIMER_OUT_MS`` stops it from being parked again).
+
+Units of the timer queue are due in any order, so the service reads each unit once into a heap ordered by
+delivery time. ``config/timerOffset.json`` holds the first queue offset not yet delivered (``commitOffset``)
+and the offsets above it already delivered; a restart reloads the heap from ``commitOffset`` and skips
+those. It is written every ``flushDelayOffsetInterval`` and at shutdown (see schedule.py for what a crash
+may repeat).
+"""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from twisted.logger import Logger
+
+from gateway.persist import load_with_backup, write_atomically
+from gateway.remoting import fastjson
+from gateway.remoting.codes import PermName
+from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
+from gateway.store.api import MessageExtBrokerInner
+from gateway.store.commit_log import now_ms
+
+from .inner import inner_from_ext, look_message
+
+if TYPE_CHECKING:
+    from .controller import BrokerController
+
+log = Logger()
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+
+class TimerMessageService:
+    """Parks timer messages and delivers them when due."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.path = Path(broker.store_config.storePathRootDir) / "config" / "timerOffset.json"
+        self.commit_offset = 0
+        self.delivered: set[int] = set()  # delivered queue offsets >= commit_offset
+        self.read_offset = 0  # units below it are in ``pending`` or delivered
+        self.pending: list[tuple[int, int, int]] = []  # heap of (deliver ms, queue offset, commitlog offset)
+
+    def load(self) -> None:
+        """Read timerOffset.json; the timer topic is a system topic, as in 5.x."""
+        self.broker.topics.create_topic_in_send_message_back_method(
+            TIMER_TOPIC, 1, PermName.PERM_READ | PermName.PERM_WRITE
+        )
+        obj = load_with_backup(self.path, fastjson.loads) or {}
+        self.commit_offset = self.read_offset = int(obj.get("commitOffset") or 0)
+        self.delivered = {int(o) for o in obj.get("delivered") or () if int(o) >= self.commit_offset}
+        self.pending = []
+
+    def persist(self) -> None:
+        write_atomically(
+            self.path, fastjson.dumps({"commitOffset": self.commit_offset, "delivered": sorted(self.delivered)})
+        )
+
+    def transform(self, msg: MessageExtBrokerInner, props: dict[str, str]) -> str | None:
+        """Park ``msg`` until its delivery time (transformTimerMessage); a refusal remark when it is illegal."""
+        now = now_ms()
+        try:
+            if MessageConst.TIMER_DELAY_SEC in props:
+                deliver_ms = now + int(props[MessageConst.TIMER_DELAY_SEC]) * 1000
+            elif MessageConst.TIMER_DELAY_MS in props:
+                deliver_ms = now + int(props[MessageConst.TIMER_DELAY_MS])
+            else:
+                deliver_ms = int(props[MessageConst.TIMER_DELIVER_MS])
+        except ValueError:
+            deliver_ms = None
+        max_delay_ms = self.broker.config.timerMaxDelaySec * 1000
+        if deliver_ms is not None and deliver_ms <= now:
+            return None  # already due: an ordinary message
+        if deliver_ms is None or deliver_ms - now > max_delay_ms:
+            return (
+                f"timer message illegal, the delay time should not be bigger than the max delay {max_delay_ms}ms; "
+                "or if set del msg, the delay time should be bigger than the current time"
+            )
+        props[MessageConst.TIMER_OUT_MS] = str(deliver_ms)
+        props[MessageConst.REAL_TOPIC] = msg.topic
+        props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.properties = properties_to_string(props)
+        msg.topic = TIMER_TOPIC
+        msg.queue_id = 0
+        msg.tags_code = deliver_ms
+        return None
+
+    def deliver(self) -> None:
+        """Read new timer units into the heap, then re-put every message whose time has come."""
+        try:
+            self._deliver_due()
+        except Exception:  # the next pass tries again
+            log.failure("timer delivery failed")
+
+    def _deliver_due(self) -> None:
+        store = self.broker.store
+        cq = store.consume_queue_table.get((TIMER_TOPIC, 0))  # type: ignore[attr-defined]
+        if cq is None:
+            return
+        low = cq.min_offset_in_queue
+        if self.commit_offset < low:  # expired from the store: nothing left to deliver there
+            self.commit_offset = self.read_offset = low
+        while self.read_offset < cq.max_offset_in_queue:
+            unit = cq.get_unit(self.read_offset)
+            if unit is None:
+                break
+            if self.read_offset not in self.delivered:
+                heapq.heappush(self.pending, (unit[2], self.read_offset, unit[0]))
+            self.read_offset += 1
+        now = now_ms()
+        while self.pending and self.pending[0][0] <= now:
+            _, offset, phy = self.pending[0]
+            ext = look_message(store, phy)
+            if ext is not None and not self._deliver(ext, now):
+                break  # the store refused it: try again on the next pass
+            heapq.heappop(self.pending)
+            self.delivered.add(offset)
+        while self.commit_offset in self.delivered:
+            self.delivered.remove(self.commit_offset)
+            self.commit_offset += 1
+
+    def _deliver(self, ext: MessageExt, now: int) -> bool:
+        props = dict(ext.properties)
+        topic = props.pop(MessageConst.REAL_TOPIC, None)
+        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        if not topic:
+            log.error("timer message {id} has no real topic", id=ext.msg_id)
+            return True
+        props[MessageConst.TIMER_DEQUEUE_MS] = str(now)
+        result = self.broker.store.put_message(inner_from_ext(ext, topic, queue_id, props))
+        if not result.ok:
+            log.warn("timer message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
+        return result.ok

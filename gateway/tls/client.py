@@ -1,0 +1,90 @@
+"""TLS on outgoing connections (clients, and a broker's links to NameServers): ``tls.enable`` and ``tls.client.*``.
+
+As Java's NettyRemotingClient does with ``tls.enable=true``, every connection speaks TLS from its first
+byte. A connection is handed to its caller once the handshake is done (a refused certificate fails
+the connection attempt): a remoting protocol registers itself as its transport's producer, and
+Twisted's TLS pauses that producer while it holds writes made before the handshake — which would stop
+the reads the handshake needs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHandshakeListener, IProtocolFactory, IStreamClientEndpoint
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.ssl import CertificateOptions
+from twisted.protocols.tls import TLSMemoryBIOFactory
+from zope.interface import implementer
+
+from gateway.remoting.client import EndpointFactory, tcp_endpoint
+
+from .config import TlsConfig
+from .context import client_options
+
+
+def client_endpoint_factory(config: TlsConfig | None) -> EndpointFactory:
+    """A :class:`~gateway.remoting.client.RemotingClient` endpoint factory for ``config``.
+
+    Plain TCP unless ``tlsEnable``. Raises :class:`~gateway.tls.context.TlsContextError` for unusable files.
+    """
+    if config is None or not config.tlsEnable:
+        return tcp_endpoint
+    options = client_options(config)
+
+    def tls_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
+        return TlsClientEndpoint(reactor, options, tcp_endpoint(reactor, host, port))
+
+    return tls_endpoint
+
+
+@implementer(IStreamClientEndpoint)
+class TlsClientEndpoint:
+    """``wrapped`` with TLS; ``connect`` fires with the application protocol after the handshake."""
+
+    def __init__(self, reactor: Any, options: CertificateOptions, wrapped: IStreamClientEndpoint) -> None:
+        self.reactor = reactor
+        self.options = options
+        self.wrapped = wrapped
+
+    def connect(self, protocolFactory: IProtocolFactory) -> Deferred[Any]:
+        established: Deferred[Any] = Deferred()
+        # The clock flushes TLS writes: the connection's own reactor, which need not be the global one.
+        tls_factory = TLSMemoryBIOFactory(
+            self.options, True, _HandshakeFirstFactory(protocolFactory, established), self.reactor
+        )
+        self.wrapped.connect(tls_factory).addErrback(established.errback)
+        return established
+
+
+class _HandshakeFirstFactory(Factory):
+    def __init__(self, factory: IProtocolFactory, established: Deferred[Any]) -> None:
+        self.factory = factory
+        self.established = established
+
+    def buildProtocol(self, addr: Any) -> Protocol | None:
+        inner = self.factory.buildProtocol(addr)
+        return None if inner is None else _HandshakeFirst(inner, self.established)
+
+
+@implementer(IHandshakeListener)
+class _HandshakeFirst(Protocol):
+    """Connects ``inner`` to the TLS transport once the handshake completes, then steps aside."""
+
+    def __init__(self, inner: Protocol, established: Deferred[Any]) -> None:
+        self.inner = inner
+        self.established = established
+        self.handshaken = False
+
+    def handshakeCompleted(self) -> None:
+        self.handshaken = True
+        self.dataReceived = self.inner.dataReceived  # type: ignore[method-assign]
+        self.inner.makeConnection(self.transport)
+        self.established.callback(self.inner)
+
+    def connectionLost(self, reason: Any = None) -> None:
+        if self.handshaken:
+            self.inner.connectionLost(reason)
+        else:
+            self.established.errback(reason)
