@@ -16,6 +16,9 @@ FAST_CONFIG = {
     "messageDelayLevel": "1s 1s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s 2s",
     "transactionCheckInterval": "1000",
     "transactionTimeOut": "2000",
+    # Every check counts, even while the producer is not registered yet (clients heartbeat every 30 s, and
+    # after a restart the broker knows no producer until then): allow a minute of checks, not 15 s.
+    "transactionCheckMax": "60",
 }
 
 

@@ -41,7 +41,8 @@ _TIMER_KEYS = (MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC, Mess
 _DELAYABLE = (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
 
 
-def _int(value: str | None) -> int:
+def int_property(value: str | None) -> int:
+    """A numeric property, 0 when absent or malformed (a bad record must not stall a delivery queue)."""
     try:
         return int(value) if value else 0
     except ValueError:
@@ -57,7 +58,7 @@ def handle_schedule_message(broker: BrokerController, msg: MessageExtBrokerInner
     if MessageSysFlag.transaction_value(msg.sys_flag) not in _DELAYABLE:
         return None
     if MessageConst.DELAY_TIME_LEVEL in props:
-        level = _int(props[MessageConst.DELAY_TIME_LEVEL])
+        level = int_property(props[MessageConst.DELAY_TIME_LEVEL])
         if level > 0:
             for key in _TIMER_KEYS:
                 props.pop(key, None)
@@ -163,7 +164,7 @@ class ScheduleMessageService:
         if not topic or topic == TRANS_HALF_TOPIC:
             log.error("delayed message {id} has no deliverable real topic ({topic})", id=ext.msg_id, topic=topic)
             return True
-        inner = inner_from_ext(ext, topic, _int(props.get(MessageConst.REAL_QUEUE_ID)), props)
+        inner = inner_from_ext(ext, topic, int_property(props.get(MessageConst.REAL_QUEUE_ID)), props)
         result = self.broker.store.put_message(inner)
         if not result.ok:
             log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)

@@ -28,6 +28,7 @@ from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 
 from .inner import inner_from_ext, look_message
+from .schedule import int_property
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -129,7 +130,7 @@ class TimerMessageService:
     def _deliver(self, ext: MessageExt, now: int) -> bool:
         props = dict(ext.properties)
         topic = props.pop(MessageConst.REAL_TOPIC, None)
-        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        queue_id = int_property(props.pop(MessageConst.REAL_QUEUE_ID, None))
         if not topic:
             log.error("timer message {id} has no real topic", id=ext.msg_id)
             return True

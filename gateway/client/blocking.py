@@ -31,7 +31,7 @@ from twisted.python.threadpool import ThreadPool
 from gateway.remoting.bodies import MessageQueue, TopicRouteData
 from gateway.remoting.message import Message, MessageExt
 
-from . import admin, consumer, producer, push_consumer
+from . import admin, consumer, producer, push_consumer, transaction_producer
 from .consume_orderly import ConsumeOrderlyStatus
 from .message_selector import MessageSelector
 from .push_consumer import ConsumeStatus
@@ -187,6 +187,45 @@ class Producer(_Started):
 
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         return self._call(self.core.fetch_publish_message_queues, topic)
+
+
+class _ListenerInThreads:
+    """A transaction listener whose methods run in the reactor's thread pool, so they may block."""
+
+    def __init__(self, listener: transaction_producer.TransactionListener, reactor: Any) -> None:
+        self.listener = listener
+        self.reactor = reactor
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> Any:
+        return deferToThreadPool(
+            self.reactor, self.reactor.getThreadPool(), self.listener.execute_local_transaction, msg, arg
+        )
+
+    def check_local_transaction(self, msg: MessageExt) -> Any:
+        return deferToThreadPool(self.reactor, self.reactor.getThreadPool(), self.listener.check_local_transaction, msg)
+
+
+class TransactionProducer(Producer):
+    """Blocking :class:`~gateway.client.transaction_producer.TransactionProducer`; the listener's methods run
+    in worker threads."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str | Sequence[str],
+        *,
+        transaction_listener: transaction_producer.TransactionListener,
+        reactor_thread: ReactorThread | None = None,
+        **options: Any,
+    ) -> None:
+        _Started.__init__(self, reactor_thread)
+        listener = _ListenerInThreads(transaction_listener, self.reactor_thread.reactor)
+        self.core = self._make(
+            transaction_producer.TransactionProducer, group, namesrv_addr, transaction_listener=listener, **options
+        )
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> transaction_producer.TransactionSendResult:
+        return self._call(self.core.send_message_in_transaction, msg, arg)
 
 
 class PullConsumer(_Started, _MQAdmin):

@@ -42,6 +42,7 @@ class Deletion:
 
     @property
     def paths(self) -> list[str]:
+        """The files' paths (for logs and tests)."""
         return [f.path for f in self.files]
 
 
@@ -53,7 +54,7 @@ def disk_partition_used_ratio(path: str) -> float:
     except OSError as e:
         log.error("cannot probe disk usage of %s: %s", path, e)
         return -1.0
-    return (usage.total - usage.free) / usage.total if usage.total else -1.0
+    return usage.used / usage.total if usage.total else -1.0  # Java: (total - File.getFreeSpace()) / total
 
 
 def is_it_time_to_do(when: str, hour: int) -> bool:

@@ -73,7 +73,7 @@ class TlsConfig:
     tlsClientTrustCertPath: str | None = None
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, str], source: str = "properties") -> TlsConfig:
+    def from_properties(cls, props: Mapping[str, str], source: str = "tls settings") -> TlsConfig:
         """Defaults, then the ``tls.*`` keys of ``props``, then the ``tls.config.file`` file if it exists.
 
         Raises :class:`~gateway.config.ConfigError` for a boolean that is neither true nor false.

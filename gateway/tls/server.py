@@ -42,7 +42,10 @@ FIRST_BYTE_TIMEOUT = 120.0
 
 @implementer(IOpenSSLServerConnectionCreator)
 class TlsServer:
-    """A server's TLS settings and current options; :meth:`wrap` puts a listening factory behind them."""
+    """A server's TLS settings and current options; :meth:`wrap` puts a listening factory behind them.
+
+    ``clock`` is the server's reactor: it flushes TLS writes and polls the files.
+    """
 
     def __init__(self, config: TlsConfig, clock: Any = None, watch_interval: float = WATCH_INTERVAL) -> None:
         self.config = config
@@ -65,7 +68,7 @@ class TlsServer:
         try:
             self.options = server_options(self.config)
         except (TlsContextError, SSL.Error) as e:
-            log.error("TLS server context not (re)loaded, TLS connections use the previous one: {error}", error=e)
+            log.error("TLS server context not (re)loaded, new TLS connections keep the previous one: {error}", error=e)
             return False
         log.info("TLS server context loaded (mode {mode})", mode=self.config.tlsMode.value)
         return True

@@ -18,7 +18,7 @@ from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag
 from gateway.store.config import SLAVE
 
 from ..inner import inner_from_ext, look_message
-from ..schedule import handle_schedule_message
+from ..schedule import handle_schedule_message, int_property
 from .send import put_result_response
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class EndTransactionProcessor:
         """Store the message in its real topic (endMessageTransaction + sendFinalMessage)."""
         props = dict(half.properties)
         topic = props.pop(MessageConst.REAL_TOPIC, "")
-        queue_id = int(props.pop(MessageConst.REAL_QUEUE_ID, "0"))
+        queue_id = int_property(props.pop(MessageConst.REAL_QUEUE_ID, None))
         props.pop(MessageConst.TRANSACTION_PREPARED, None)
         sys_flag = MessageSysFlag.reset_transaction_value(half.sys_flag, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
         msg = inner_from_ext(
