@@ -32,9 +32,14 @@ def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[I
 
     @defer.inlineCallbacks
     def main(reactor: Any) -> Any:
-        services = build(reactor)
-        for svc in services:
-            svc.startService()
+        try:
+            services = build(reactor)
+            for svc in services:
+                svc.startService()
+        except ConfigError as e:
+            # Settings read at start (TLS files, plain_acl.yml) fail here: one line, exit code 1.
+            print(f"configuration error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
         # A service may say when it is really ready (a broker: registered with its NameServers).
         yield defer.gatherResults([defer.maybeDeferred(getattr(s, "when_ready", lambda: None)) for s in services])
         print(ready(services), flush=True)
