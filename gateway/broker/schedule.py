@@ -65,10 +65,14 @@ def handle_schedule_message(broker: BrokerController, msg: MessageExtBrokerInner
             broker.schedule.transform(msg, props, level)
         return None
     if (
-        MessageConst.TIMER_DELIVER_MS in props
-        or MessageConst.TIMER_DELAY_SEC in props
-        or MessageConst.TIMER_DELAY_MS in props
-    ) and MessageConst.TIMER_OUT_MS not in props:
+        (
+            MessageConst.TIMER_DELIVER_MS in props
+            or MessageConst.TIMER_DELAY_SEC in props
+            or MessageConst.TIMER_DELAY_MS in props
+        )
+        and MessageConst.TIMER_OUT_MS not in props
+        and broker.config.timerWheelEnable  # off: timer properties are ignored, as a 4.9 broker does
+    ):
         return broker.timer.transform(msg, props)
     return None
 

@@ -176,3 +176,15 @@ async def test_delivery_time_beyond_the_level_delay_counts_as_due(make_broker) -
         assert msg.body == b"skewed"
     finally:
         await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_timer_properties_are_ignored_when_the_timer_is_off(make_broker) -> None:
+    broker = make_broker(timerWheelEnable="false")
+    broker.start()
+    try:
+        await create_topic(broker, "TimerOff", 1)
+        assert (await send(broker, "TimerOff", b"now", {"TIMER_DELAY_SEC": "60"})).code == ResponseCode.SUCCESS
+        assert [m.body for m in await pull_all(broker, "TimerOff")] == [b"now"]
+    finally:
+        await broker.stop()
