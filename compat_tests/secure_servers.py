@@ -5,18 +5,16 @@ Import the fixtures into a test module to use them there.
 
 from __future__ import annotations
 
-import socket
 import ssl
 from collections.abc import Iterator
 
 import pytest
 
 from gateway.acl.signer import SessionCredentials
-from gateway.remoting.codec import FrameDecoder, encode
 from gateway.remoting.command import RemotingCommand
 from gateway.tls import certs
 
-from .servers import GatewayServers
+from .servers import GatewayServers, call
 
 ADMIN = SessionCredentials("rocketmq2", "12345678")
 APP = SessionCredentials("appUser01", "appSecret01")
@@ -66,17 +64,7 @@ def tls_servers(tmp_path_factory: pytest.TempPathFactory, pki: certs.DevPki) -> 
 
 
 def tls_call(addr: str, request: RemotingCommand, context: ssl.SSLContext) -> RemotingCommand:
-    host, _, port = addr.rpartition(":")
-    request.opaque = 1
-    with socket.create_connection((host, int(port)), timeout=5) as raw, context.wrap_socket(raw) as sock:
-        sock.sendall(encode(request))
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"{addr} closed the connection")
-            for cmd in decoder.feed(data):
-                return cmd
+    return call(addr, request, tls=context)
 
 
 def tls_context(pki: certs.DevPki | None, cert: str | None = "client") -> ssl.SSLContext:

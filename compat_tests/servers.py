@@ -6,10 +6,12 @@ reactor, so the servers run as ``python -m gateway`` and tests talk to them over
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -25,11 +27,16 @@ from gateway.remoting.headers import CreateTopicRequestHeader
 _READY = re.compile(r"rocketmq-gateway ready: namesrv (\S+) broker (\S+)")
 
 
-def call(addr: str, request: RemotingCommand, timeout: float = 5.0) -> RemotingCommand:
-    """One blocking request/response over a fresh socket."""
+def call(
+    addr: str, request: RemotingCommand, timeout: float = 5.0, tls: ssl.SSLContext | None = None
+) -> RemotingCommand:
+    """One blocking request/response over a fresh socket (TLS when ``tls`` is given)."""
     host, _, port = addr.rpartition(":")
     request.opaque = 1
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    with (
+        socket.create_connection((host, int(port)), timeout=timeout) as raw,
+        tls.wrap_socket(raw) if tls is not None else contextlib.nullcontext(raw) as sock,
+    ):
         sock.sendall(encode(request))
         decoder = FrameDecoder()
         while True:

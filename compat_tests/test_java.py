@@ -89,10 +89,11 @@ class JavaRun:
         return text
 
 
-def run_java(classpath, tmp_path, command, servers, topic, group, *extra, timeout=PROGRAM_TIMEOUT):
+def java_command(classpath, tmp_path, command, servers, topic, group, *extra, timeout=PROGRAM_TIMEOUT):
+    """The ``java CompatMain <command>`` command line (with its own log directory)."""
     log_dir = tmp_path / f"logs-{command}-{group}"
     log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [
+    return [
         _jdk_tool("java"),
         "-Xmx256m",
         "-cp",
@@ -109,7 +110,12 @@ def run_java(classpath, tmp_path, command, servers, topic, group, *extra, timeou
         str(timeout),
         "--log-dir",
         str(log_dir),
-    ] + [str(x) for x in extra]
+    ] + [str(x) for x in extra], log_dir
+
+
+def run_java(classpath, tmp_path, command, servers, topic, group, *extra, timeout=PROGRAM_TIMEOUT):
+    cmd, log_dir = java_command(classpath, tmp_path, command, servers, topic, group, *extra, timeout=timeout)
+
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + SUBPROCESS_SLACK)
     except subprocess.TimeoutExpired as exc:

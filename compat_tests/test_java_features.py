@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from . import test_java
-from .test_java import SUBPROCESS_SLACK, JavaRun, _jdk_tool, _unique, assert_ok, run_java
+from .test_java import SUBPROCESS_SLACK, JavaRun, _unique, assert_ok, java_command, run_java
 
 # test_java's module fixture (compiles the Java programs), under a name of this module.
 classpath = test_java.java_programs
@@ -113,29 +113,9 @@ def test_request_reply(classpath, fast_servers, tmp_path):
 
 def run_java_restarting(classpath, tmp_path, command, servers, topic, group, *extra, timeout=120):
     """Run a sub-command with --pause-after-send; restart the servers when it has sent everything."""
-    log_dir = tmp_path / f"logs-{command}-{group}"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        _jdk_tool("java"),
-        "-Xmx256m",
-        "-cp",
-        classpath,
-        "CompatMain",
-        command,
-        "--namesrv",
-        servers.namesrv_addr,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--timeout",
-        str(timeout),
-        "--log-dir",
-        str(log_dir),
-        "--pause-after-send",
-        "8",
-        *(str(x) for x in extra),
-    ]
+    cmd, log_dir = java_command(
+        classpath, tmp_path, command, servers, topic, group, "--pause-after-send", "8", *extra, timeout=timeout
+    )
     lines = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         try:
