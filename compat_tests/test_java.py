@@ -127,6 +127,14 @@ def assert_ok(run, what):
     assert run.returncode == 0 and run.lines("OK"), f"{what} failed:\n{run.describe()}"
 
 
+def assert_consumed_once(run, what, expected):
+    """The program succeeded and got ``expected`` messages, none twice, all intact."""
+    assert_ok(run, what)
+    assert run.value("CONSUMED") == expected, run.describe()
+    assert run.value("DUPLICATES") == 0, run.describe()
+    assert not run.lines("MISMATCH"), run.describe()
+
+
 def produce_all_modes(java_programs, tmp_path, servers, topic, run_id):
     run = run_java(
         java_programs,
@@ -172,10 +180,7 @@ def test_produce_all_modes_then_push_consume(java_programs, servers, tmp_path):
         "--grace",
         3,
     )
-    assert_ok(run, "push consumer")
-    assert run.value("CONSUMED") == COUNT * len(MODES), run.describe()
-    assert run.value("DUPLICATES") == 0, run.describe()
-    assert not run.lines("MISMATCH"), run.describe()
+    assert_consumed_once(run, "push consumer", COUNT * len(MODES))
 
 
 def test_produce_all_modes_then_lite_pull_consume(java_programs, servers, tmp_path):
@@ -201,10 +206,7 @@ def test_produce_all_modes_then_lite_pull_consume(java_programs, servers, tmp_pa
         "--grace",
         2,
     )
-    assert_ok(run, "lite pull consumer")
-    assert run.value("CONSUMED") == COUNT * len(MODES), run.describe()
-    assert run.value("DUPLICATES") == 0, run.describe()
-    assert not run.lines("MISMATCH"), run.describe()
+    assert_consumed_once(run, "lite pull consumer", COUNT * len(MODES))
 
 
 def test_push_consumer_tag_filter(java_programs, servers, tmp_path):
