@@ -103,6 +103,44 @@ def string_to_properties(s: str | None) -> dict[str, str]:
     return out
 
 
+def property_value(properties: str, name_sep: str) -> str | None:
+    """The value after ``name_sep`` (a property name plus 0x01) in an encoded properties string, if non-empty.
+
+    A plain ``str.find``: cheaper than decoding every message's properties on the send and index paths.
+    """
+    i = properties.find(name_sep)
+    while i > 0 and properties[i - 1] != "\x02":  # inside another property's name or value
+        i = properties.find(name_sep, i + 1)
+    if i < 0:
+        return None
+    start = i + len(name_sep)
+    end = properties.find("\x02", start)
+    value = properties[start:] if end < 0 else properties[start:end]
+    return value or None
+
+
+def store_properties(properties: str, cluster: str) -> str:
+    """What a single send stores: the sent properties without WAIT, plus CLUSTER (as the 4.9.8 broker).
+
+    String surgery instead of Java's map round trip (this is the send hot path); parsing the result gives
+    the same map, which a property test checks.
+    """
+    i = properties.find("WAIT\x01")
+    while i >= 0:
+        if i == 0 or properties[i - 1] == PROPERTY_SEPARATOR:
+            end = properties.find(PROPERTY_SEPARATOR, i)
+            properties = properties[:i] + ("" if end < 0 else properties[end + 1 :])
+            i = properties.find("WAIT\x01", i)
+        else:
+            i = properties.find("WAIT\x01", i + 1)
+    if "CLUSTER\x01" in properties:  # a client-sent CLUSTER is replaced, as the map would do
+        props = string_to_properties(properties)
+        props[MessageConst.CLUSTER] = cluster
+        return properties_to_string(props)
+    sep = PROPERTY_SEPARATOR if properties and not properties.endswith(PROPERTY_SEPARATOR) else ""
+    return f"{properties}{sep}{MessageConst.CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}"
+
+
 def java_string_hash(s: str) -> int:
     """Java ``String.hashCode`` (UTF-16 code units, int32 overflow)."""
     h = 0

@@ -14,7 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gateway.remoting.message import MessageConst, MessageSysFlag
+from gateway.remoting.message import MessageConst, MessageSysFlag, property_value
 
 from .config import StoreConfig
 from .index_file import IndexFile, index_key_hash
@@ -24,22 +24,6 @@ log = logging.getLogger(__name__)
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX + "\x01"
 _KEYS = MessageConst.KEYS + "\x01"
 _NAME_DIGITS = 17
-
-
-def property_value(properties: str, name_sep: str) -> str | None:
-    """The value after ``name_sep`` (a property name plus 0x01) in an encoded properties string, if non-empty.
-
-    A plain ``str.find``: decoding every message's properties would cost more than the whole index update.
-    """
-    i = properties.find(name_sep)
-    while i > 0 and properties[i - 1] != "\x02":  # inside another property's name or value
-        i = properties.find(name_sep, i + 1)
-    if i < 0:
-        return None
-    start = i + len(name_sep)
-    end = properties.find("\x02", start)
-    value = properties[start:] if end < 0 else properties[start:end]
-    return value or None
 
 
 def time_millis_to_human_string(ms: int) -> str:

@@ -28,6 +28,7 @@ from gateway.remoting.message import (
     pack_host,
     properties_to_string,
     record_size,
+    store_properties,
     string_to_properties,
     tags_code,
     unpack_host,
@@ -453,3 +454,16 @@ def test_golden_cpp_send_message_header_and_properties() -> None:
     assert header.born_timestamp == 1795305969985
     props = string_to_properties(header.properties)
     assert props == {"UNIQ_KEY": "0100007F000091080000C17B88710100", "WAIT": "true"}  # trailing 0x02 skipped
+
+
+_PROPERTY_NAMES = st.sampled_from(["WAIT", "CLUSTER", "TAGS", "KEYS", "XWAIT", ""]) | st.text("AWIT\x01", max_size=6)
+
+
+@given(st.dictionaries(_PROPERTY_NAMES, st.text("vw\x01\x02", max_size=4), max_size=5))
+def test_store_properties_equals_javas_map_round_trip(props: dict[str, str]) -> None:
+    """The string shortcut of the send path stores what Java's parse / remove WAIT / put CLUSTER gives."""
+    raw = properties_to_string(props)
+    expected = string_to_properties(raw)
+    expected.pop("WAIT", None)
+    expected["CLUSTER"] = "DefaultCluster"
+    assert string_to_properties(store_properties(raw, "DefaultCluster")) == expected

@@ -23,6 +23,8 @@ from gateway.remoting.message import (
     RecordError,
     decode_batch,
     properties_to_string,
+    property_value,
+    store_properties,
     string_to_properties,
     tags_code,
 )
@@ -49,6 +51,7 @@ DLQ_NUMS_PER_GROUP = 1
 # TopicSysFlag: the retry topic of a unit-mode group "has unit subscription".
 _UNIT_SUB_FLAG = 0x2
 _RW = PermName.PERM_READ | PermName.PERM_WRITE
+_TAGS = MessageConst.TAGS + "\x01"
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
 # PutMessageStatus → (response code, remark)
@@ -203,8 +206,27 @@ class SendMessageProcessor:
         self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
     ) -> RemotingCommand | Deferred[Any]:
         broker = self.broker
-        props = string_to_properties(header.properties)
+        raw = header.properties or ""
         topic = header.topic
+        if not (
+            "DELAY\x01" in raw or "TIMER_" in raw or "TRAN_MSG\x01" in raw or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        ):
+            # The common case: no delay, timer or transaction, not a retry; the properties stay a string.
+            msg = MessageExtBrokerInner(
+                topic=topic,
+                queue_id=self.queue_id(header),
+                flag=header.flag,
+                body=request.body,
+                properties=store_properties(raw, broker.config.brokerClusterName),
+                tags_code=tags_code(property_value(raw, _TAGS)),
+                sys_flag=self._base_sys_flag(header),
+                born_timestamp=header.born_timestamp,
+                born_host=broker.born_host(channel),
+                store_host=broker.store_host,
+                reconsume_times=header.reconsume_times or 0,
+            )
+            return self._respond(request, broker.store.put_message(msg), msg.queue_id, ext)
+        props = string_to_properties(raw)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             routed = self._retry_to_dlq(header, request, props)
             if isinstance(routed, tuple):
