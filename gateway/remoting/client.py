@@ -99,11 +99,6 @@ class RemotingClient:
         self._before_request(addr, request)
         return self.get_channel(addr).addCallback(lambda ch: ch.invoke_oneway(request))
 
-    def close_channel(self, addr: str) -> None:
-        ch = self._channels.pop(addr, None)
-        if ch is not None:
-            ch.close()
-
     def close(self) -> defer.Deferred[Any]:
         """Close every connection; fires when all are gone."""
         waits = []

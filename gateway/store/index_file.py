@@ -133,11 +133,6 @@ class IndexFile:
             raise
 
     @property
-    def is_write_full(self) -> bool:
-        """No room for another entry."""
-        return self.index_count >= self.index_num
-
-    @property
     def is_empty(self) -> bool:
         """No entry yet."""
         return self.index_count <= 1
