@@ -30,6 +30,9 @@ _LANGUAGE_VALUES = {c.name: c.value for c in LanguageCode}
 _SERIALIZE_NAMES = {SerializeType.JSON: "JSON", SerializeType.ROCKETMQ: "ROCKETMQ"}
 
 
+_STR_ONLY = frozenset({str})
+
+
 def _ext_value(v: object) -> str:
     # The C++ client sends some values as bare numbers; Java reads them all as strings.
     if isinstance(v, str):
@@ -66,29 +69,27 @@ def decode_json_header(data: bytes) -> RemotingCommand:
     if ext is not None:
         if type(ext) is not dict:
             raise ProtocolError("extFields is not an object")
-        for k, v in ext.items():
-            if type(v) is not str:
-                if v is None:
-                    ext[k] = None
-                else:
-                    ext[k] = _ext_value(v)
-        if None in ext.values():
-            ext = {k: v for k, v in ext.items() if v is not None}
+        # Java peers send strings only (checked in C); the C++ client sends some numbers.
+        if set(map(type, ext.values())) - _STR_ONLY:
+            ext = {k: _ext_value(v) for k, v in ext.items() if v is not None}
     language = obj.get("language", "JAVA")
     if type(language) is not str:
         language = _LANGUAGE_NAMES.get(language, "OTHER") if type(language) is int else "OTHER"
     remark = obj.get("remark")
     if remark is not None and type(remark) is not str:
         remark = _ext_value(remark)
-    return RemotingCommand(
-        code=_as_int(obj.get("code", 0), "code"),
-        opaque=_as_int(obj.get("opaque", 0), "opaque"),
-        flag=_as_int(obj.get("flag", 0), "flag"),
-        language=language,
-        version=_as_int(obj.get("version", 0), "version"),
-        remark=remark,
-        ext_fields=ext,
-    )
+    code = obj.get("code", 0)
+    opaque = obj.get("opaque", 0)
+    flag = obj.get("flag", 0)
+    version = obj.get("version", 0)
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+        code, opaque, flag, version = (
+            _as_int(code, "code"),
+            _as_int(opaque, "opaque"),
+            _as_int(flag, "flag"),
+            _as_int(version, "version"),
+        )
+    return RemotingCommand(code, opaque, flag, language, version, remark, ext)
 
 
 def encode_json_header(cmd: RemotingCommand) -> bytes:
