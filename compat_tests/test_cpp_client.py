@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from .checks import check_exactly_once
 from .cpp_client import EXIT_TIMEOUT, expected
 from .servers import call
 
@@ -183,28 +184,7 @@ def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, count: int, m
 def check_messages(messages: Iterable[dict[str, Any]], run_id: str, indexes: Iterable[int], topic: str,
                    what: str) -> None:
     """Every message of ``run_id`` numbered in ``indexes`` arrived exactly once, intact, and nothing else."""
-    messages = list(messages)
-    wanted = set(indexes)
-    seen: Counter[int] = Counter()
-    foreign = []
-    for msg in messages:
-        props = msg.get("props") or {}
-        if props.get("run") != run_id or not str(props.get("idx", "")).isdigit():
-            foreign.append(msg)
-            continue
-        i = int(props["idx"])
-        seen[i] += 1
-        spec = expected(run_id, i)
-        got = {"body": msg["body"], "tags": msg["tags"], "keys": msg["keys"], "props": msg["props"]}
-        assert got == spec, f"{what}: message {i} changed on the way (msg_id {msg.get('msg_id')})"
-        assert msg["topic"] == topic, f"{what}: message {i} came with topic {msg['topic']!r}"
-    missing = sorted(wanted - set(seen))
-    twice = sorted(i for i, n in seen.items() if n > 1)
-    unexpected = sorted(set(seen) - wanted)
-    assert not foreign, f"{what}: {len(foreign)} messages not of this run, e.g. {foreign[:3]}"
-    assert not missing, f"{what}: {len(missing)} of {len(wanted)} messages never arrived, e.g. {missing[:20]}"
-    assert not twice, f"{what}: {len(twice)} messages arrived more than once, e.g. {twice[:20]}"
-    assert not unexpected, f"{what}: messages {unexpected[:20]} were not expected here"
+    check_exactly_once(messages, run_id, indexes, topic, what, lambda i: expected(run_id, i))
 
 
 def pull_all(tmp_path: Path, servers: Any, topic: str, timeout: float = 60) -> Run:

@@ -227,22 +227,7 @@ class CommitLog:
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
         phy = f.file_from_offset + pos
         store_timestamp = now_ms()
-        f.mm[pos : pos + size] = encode_record(
-            topic=topic,
-            queue_id=msg.queue_id,
-            flag=msg.flag,
-            queue_offset=queue_offset,
-            physical_offset=phy,
-            sys_flag=sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_timestamp=store_timestamp,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-            body=msg.body,
-            properties=props,
-        )
+        f.mm[pos : pos + size] = _record(msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
         if dispatched:
@@ -287,22 +272,7 @@ class CommitLog:
         store_timestamp = now_ms()  # one store time for the whole batch, as Java
         mm = f.mm
         for msg, props, sys_flag, size in checked:
-            mm[pos : pos + size] = encode_record(
-                topic=topic,
-                queue_id=msg.queue_id,
-                flag=msg.flag,
-                queue_offset=queue_offset,
-                physical_offset=phy,
-                sys_flag=sys_flag,
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host,
-                store_timestamp=store_timestamp,
-                store_host=msg.store_host,
-                reconsume_times=msg.reconsume_times,
-                prepared_transaction_offset=msg.prepared_transaction_offset,
-                body=msg.body,
-                properties=props,
-            )
+            mm[pos : pos + size] = _record(msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
             pos += size
             phy += size
             queue_offset += 1
@@ -437,3 +407,31 @@ class CommitLog:
         """Delete every segment."""
         self.queue.destroy()
         self.topic_queue_table.clear()
+
+
+def _record(
+    msg: MessageExtBrokerInner,
+    topic: bytes,
+    props: bytes,
+    sys_flag: int,
+    queue_offset: int,
+    phy: int,
+    store_timestamp: int,
+) -> bytes:
+    """The commitlog record of ``msg`` at ``phy`` with its assigned queue offset and store time."""
+    return encode_record(
+        topic=topic,
+        queue_id=msg.queue_id,
+        flag=msg.flag,
+        queue_offset=queue_offset,
+        physical_offset=phy,
+        sys_flag=sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        store_timestamp=store_timestamp,
+        store_host=msg.store_host,
+        reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=msg.prepared_transaction_offset,
+        body=msg.body,
+        properties=props,
+    )
