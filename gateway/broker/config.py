@@ -67,6 +67,16 @@ class BrokerConfig:
     offsetCheckInSlave: bool = False
     fetchNamesrvAddrByAddressServer: bool = False
     startAcceptSendRequestTimeStamp: int = 0
+    # Ours (Apache has no limit): the most read or write queues a topic or a group's retry topic may have,
+    # so one admin request cannot make every later request on that topic walk millions of queues.
+    maxTopicQueueNums: int = 1024
+    # Where UPDATE_BROKER_CONFIG persists (Java's brokerConfigPath): the -c file unless set; none without one.
+    brokerConfigPath: str = ""
+    # Keys UPDATE_BROKER_CONFIG refuses, ';'-separated (Java's default; paths and programs are always refused).
+    configBlackList: str = "configBlackList;brokerConfigPath"
+    # Ours: start with an empty table (the broken files kept aside) when a state file such as
+    # consumerOffset.json and its .bak are both unreadable, instead of refusing to start.
+    startWithCorruptStateFiles: bool = False
 
     def __post_init__(self) -> None:
         if not self.brokerIP1:
@@ -101,6 +111,7 @@ def load_broker_config(
     targets = [broker, store]
     if path:
         apply_properties(targets, load_properties(path), path, ignore=SYSTEM_PROPERTY_PREFIXES)
+        broker.brokerConfigPath = broker.brokerConfigPath or path
     if overrides:
         apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()

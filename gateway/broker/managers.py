@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,50 +13,22 @@ from gateway.persist import load_with_backup, write_atomically
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import DataVersion, SubscriptionGroupConfig, TopicConfig, TopicConfigSerializeWrapper
 from gateway.remoting.codes import PermName
+from gateway.remoting.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    REPLY_TOPIC_POSTFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+)
 
 from .config import BrokerConfig
 
 log = Logger()
 
-# MixAll / TopicValidator names.
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
-TOPIC_MAX_LENGTH = 127
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
-
-
-def validate_topic(topic: str) -> str | None:
-    """TopicValidator.validateTopic: None when valid, else the reason."""
-    if not topic:
-        return "The specified topic is blank."
-    if not _TOPIC_PATTERN.match(topic):
-        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return "The specified topic is longer than topic max length."
-    return None
 
 
 def _pretty(obj: Any) -> bytes:

@@ -22,11 +22,11 @@ from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, properties_to_string
+from gateway.remoting.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 
 from .inner import inner_from_ext, look_message
-from .managers import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol

@@ -8,7 +8,6 @@ them. Bodies of at least 4 KiB (single messages only) travel zlib-compressed.
 
 from __future__ import annotations
 
-import re
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +33,12 @@ from gateway.remoting.message import (
     encode_batch,
     properties_to_string,
 )
+from gateway.remoting.names import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    topic_problem,
+)
 
 from .errors import REMOTING_ERRORS, MQBrokerError, MQClientError
 from .instance import ClientInstance, resolve_client
@@ -43,21 +48,9 @@ from .security import ClientSecurity
 
 log = Logger()
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DEFAULT_TOPIC = "TBW102"
+DEFAULT_TOPIC = AUTO_CREATE_TOPIC_KEY_TOPIC
 # ZLIB in the compression-type bits, as 4.9.4+ clients add to COMPRESSED_FLAG.
 COMPRESSION_ZLIB_TYPE = 0x300
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
 # Broker answers after which the next queue (of another broker) is tried.
 RETRY_RESPONSE_CODES = frozenset(
     {
@@ -127,13 +120,10 @@ def build_message(
 
 def check_topic(topic: str) -> None:
     """Validators.checkTopic plus the system topics nobody may send to."""
-    if not topic or not topic.strip():
-        raise MQClientError("The specified topic is blank.", ResponseCode.MESSAGE_ILLEGAL)
-    if len(topic) > 127:
-        raise MQClientError("The specified topic is longer than topic max length.", ResponseCode.MESSAGE_ILLEGAL)
-    if not _TOPIC_PATTERN.match(topic):
-        raise MQClientError(f"The specified topic[{topic}] contains illegal characters", ResponseCode.MESSAGE_ILLEGAL)
-    if topic in _NOT_ALLOWED_SEND_TOPICS:
+    problem = topic_problem(topic)
+    if problem is not None:
+        raise MQClientError(problem, ResponseCode.MESSAGE_ILLEGAL)
+    if topic in NOT_ALLOWED_SEND_TOPICS:
         raise MQClientError(f"Sending message to topic[{topic}] is forbidden.", ResponseCode.MESSAGE_ILLEGAL)
 
 

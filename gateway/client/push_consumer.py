@@ -36,6 +36,7 @@ from gateway.remoting.bodies import (
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.headers import PullSysFlag
 from gateway.remoting.message import Message, MessageConst, MessageExt
+from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
 
 from .admin import MQAdmin
 from .consume_orderly import ConsumeMessageOrderlyService, MessageListenerOrderly
@@ -44,7 +45,7 @@ from .errors import MQBrokerError, MQClientError
 from .instance import CLIENT_INNER_PRODUCER_GROUP, ClientInstance, call_logged, resolve_client
 from .message_selector import MessageSelector
 from .process_queue import ProcessQueue, PullRequest
-from .producer import RETRY_GROUP_TOPIC_PREFIX, Producer
+from .producer import Producer
 from .rebalance import AllocateStrategy, RebalancePushImpl, allocate_averagely
 from .security import ClientSecurity
 

@@ -15,11 +15,11 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting.bodies import ConsumeFromWhere, MessageModel, MessageQueue, SubscriptionData
+from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
 
 from .instance import call_logged
 from .offset_store import OFFSET_NOT_FOUND
 from .process_queue import ProcessQueue, PullRequest
-from .producer import RETRY_GROUP_TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from .push_consumer import PushConsumer

@@ -6,7 +6,6 @@ no response (oneway, or a response sent later by the processor itself, as long p
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from twisted.logger import Logger
 from .codes import ResponseCode
 from .command import RemotingCommand
 from .headers import HeaderError
+from .names import InvalidNameError
 
 if TYPE_CHECKING:
     from .protocol import RemotingProtocol
@@ -83,6 +83,8 @@ class RequestDispatcher:
                     )
                 else:
                     response = handler(channel, request)
+        except InvalidNameError as e:
+            response = request.response(ResponseCode.INVALID_PARAMETER, str(e))
         except HeaderError as e:
             response = request.response(ResponseCode.SYSTEM_ERROR, f"RemotingCommandException: {e}")
         except Exception as e:
@@ -112,7 +114,8 @@ class RequestDispatcher:
 
 
 def _exception_remark(e: BaseException) -> str:
-    # Java: exception class, message and the first stack frame.
-    frames = traceback.extract_tb(e.__traceback__) if e.__traceback__ else []
-    where = f", {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return f"{type(e).__name__}: {e}{where}"
+    # The exception's type and, for anything but an OS error, its message; never a file path or a
+    # source line (OS errors name paths, tracebacks name our files): the log has the details.
+    if isinstance(e, OSError):
+        return f"{type(e).__name__}: {e.strerror or 'I/O error'}"
+    return f"{type(e).__name__}: {e}"

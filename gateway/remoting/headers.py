@@ -11,13 +11,23 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+from .names import GROUP_MAX_LENGTH, TOPIC_MAX_LENGTH, check_group, check_topic
+
 
 class HeaderError(Exception):
     """A required header field is missing (Java's RemotingCommandException)."""
 
 
+class Topic(str):
+    """Header field kind: a topic name, checked as it is decoded (:func:`gateway.remoting.names.check_topic`)."""
+
+
+class Group(str):
+    """Header field kind: a group name, checked as it is decoded (:func:`gateway.remoting.names.check_group`)."""
+
+
 def wire(name: str, kind: type = str, *, required: bool = False, default: Any = None) -> Any:
-    """Declare a header field: wire key, type (str, int or bool), required flag."""
+    """Declare a header field: wire key, kind (str, int, bool, Topic or Group), required flag."""
     return field(default=default, metadata={"wire": name, "kind": kind, "required": required})
 
 
@@ -38,7 +48,8 @@ def _to_int(v: str) -> int:
     return n
 
 
-_PARSERS = {str: str, int: _to_int, bool: _to_bool}
+_PARSERS = {str: str, int: _to_int, bool: _to_bool, Topic: check_topic, Group: check_group}
+_LEGAL_NAME = re.compile(r"[%|a-zA-Z0-9_-]+").fullmatch
 
 
 def _format(v: Any) -> str:
@@ -70,7 +81,14 @@ class CommandHeader:
     def _compile_decoder(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...]) -> Any:
         """Generate a decoder for ``spec`` once: headers are decoded on every request (the send hot path)."""
         lines = ["def decode(ext):", "    g = (ext or {}).get"]
-        env: dict[str, Any] = {"HeaderError": HeaderError, "_to_int": _to_int, "cls": cls}
+        env: dict[str, Any] = {
+            "HeaderError": HeaderError,
+            "_to_int": _to_int,
+            "cls": cls,
+            "check_topic": check_topic,
+            "check_group": check_group,
+            "legal": _LEGAL_NAME,
+        }
         args = []
         for i, (attr, key, parse, required, default) in enumerate(spec):
             v = f"v{i}"
@@ -89,6 +107,15 @@ class CommandHeader:
                 ]
             elif parse is _to_bool:
                 lines.append(f"    if {v} is not None: {v} = {v}.lower() == 'true'")
+            elif parse is check_topic or parse is check_group:
+                # The common case inline (send hot path); the checker raises with Apache's remark otherwise.
+                limit = TOPIC_MAX_LENGTH if parse is check_topic else GROUP_MAX_LENGTH
+                if not required:
+                    lines.append(f"    if {v} == '': {v} = None  # optional and blank: absent")
+                lines += [
+                    f"    if {v} is not None and (len({v}) > {limit} or legal({v}) is None):",
+                    f"        {parse.__name__}({v})",
+                ]
             lines.append(f"    if {v} is None:")
             if required:
                 lines.append(f"        raise HeaderError('the custom field <{attr}> is null')")
@@ -129,9 +156,9 @@ class CommandHeader:
 class SendMessageRequestHeader(CommandHeader):
     """SEND_MESSAGE (10); SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320) carry it with one-letter keys."""
 
-    producer_group: str = wire("producerGroup", required=True)
-    topic: str = wire("topic", required=True)
-    default_topic: str = wire("defaultTopic", required=True)
+    producer_group: str = wire("producerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    default_topic: str = wire("defaultTopic", Topic, required=True)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", int, required=True)
     queue_id: int = wire("queueId", int, required=True)
     sys_flag: int = wire("sysFlag", int, required=True)
@@ -195,8 +222,8 @@ class SendMessageResponseHeader(CommandHeader):
 
 @dataclass(slots=True)
 class PullMessageRequestHeader(CommandHeader):
-    consumer_group: str = wire("consumerGroup", required=True)
-    topic: str = wire("topic", required=True)
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
     queue_id: int = wire("queueId", int, required=True)
     queue_offset: int = wire("queueOffset", int, required=True)
     max_msg_nums: int = wire("maxMsgNums", int, required=True)
@@ -232,16 +259,16 @@ class PullSysFlag:
 
 @dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(CommandHeader):
-    consumer_group: str = wire("consumerGroup", required=True)
-    topic: str = wire("topic", required=True)
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
     queue_id: int = wire("queueId", int, required=True)
     set_zero_if_not_found: bool | None = wire("setZeroIfNotFound", bool)
 
 
 @dataclass(slots=True)
 class UpdateConsumerOffsetRequestHeader(CommandHeader):
-    consumer_group: str = wire("consumerGroup", required=True)
-    topic: str = wire("topic", required=True)
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
     queue_id: int = wire("queueId", int, required=True)
     commit_offset: int = wire("commitOffset", int, required=True)
 
@@ -250,13 +277,13 @@ class UpdateConsumerOffsetRequestHeader(CommandHeader):
 class TopicQueueRequestHeader(CommandHeader):
     """GET_MAX_OFFSET, GET_MIN_OFFSET, GET_EARLIEST_MSG_STORETIME."""
 
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
     queue_id: int = wire("queueId", int, required=True)
 
 
 @dataclass(slots=True)
 class SearchOffsetRequestHeader(CommandHeader):
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
     queue_id: int = wire("queueId", int, required=True)
     timestamp: int = wire("timestamp", int, required=True)
 
@@ -279,15 +306,15 @@ class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
 @dataclass(slots=True)
 class UnregisterClientRequestHeader(CommandHeader):
     client_id: str = wire("clientID", required=True)
-    producer_group: str | None = wire("producerGroup")
-    consumer_group: str | None = wire("consumerGroup")
+    producer_group: str | None = wire("producerGroup", Group)
+    consumer_group: str | None = wire("consumerGroup", Group)
 
 
 @dataclass(slots=True)
 class ConsumerGroupRequestHeader(CommandHeader):
     """GET_CONSUMER_LIST_BY_GROUP, NOTIFY_CONSUMER_IDS_CHANGED, GET_CONSUMER_CONNECTION_LIST."""
 
-    consumer_group: str = wire("consumerGroup", required=True)
+    consumer_group: str = wire("consumerGroup", Group, required=True)
 
 
 # ---------------------------------------------------------------------------- admin
@@ -295,8 +322,8 @@ class ConsumerGroupRequestHeader(CommandHeader):
 
 @dataclass(slots=True)
 class CreateTopicRequestHeader(CommandHeader):
-    topic: str = wire("topic", required=True)
-    default_topic: str = wire("defaultTopic", required=True)
+    topic: str = wire("topic", Topic, required=True)
+    default_topic: str = wire("defaultTopic", Topic, required=True)
     read_queue_nums: int = wire("readQueueNums", int, required=True)
     write_queue_nums: int = wire("writeQueueNums", int, required=True)
     perm: int = wire("perm", int, required=True)
@@ -309,13 +336,13 @@ class CreateTopicRequestHeader(CommandHeader):
 class TopicRequestHeader(CommandHeader):
     """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, QUERY_TOPIC_CONSUME_BY_WHO, GET_ROUTEINFO_BY_TOPIC."""
 
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
 
 
 @dataclass(slots=True)
 class GetConsumeStatsRequestHeader(CommandHeader):
-    consumer_group: str = wire("consumerGroup", required=True)
-    topic: str | None = wire("topic")
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str | None = wire("topic", Topic)
 
 
 # ---------------------------------------------------------------------------- name server
@@ -353,7 +380,7 @@ class QueryDataVersionResponseHeader(CommandHeader):
 
 @dataclass(slots=True)
 class GetRouteInfoRequestHeader(CommandHeader):
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
     accept_standard_json_only: bool = wire("acceptStandardJsonOnly", bool, default=False)
 
 
@@ -395,7 +422,7 @@ class AddWritePermOfBrokerResponseHeader(CommandHeader):
 
 @dataclass(slots=True)
 class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
     cluster_name: str | None = wire("clusterName")
 
 
@@ -406,7 +433,7 @@ class GetTopicsByClusterRequestHeader(CommandHeader):
 
 @dataclass(slots=True)
 class DeleteSubscriptionGroupRequestHeader(CommandHeader):
-    group_name: str = wire("groupName", required=True)
+    group_name: str = wire("groupName", Group, required=True)
     remove_offset: bool = wire("removeOffset", bool, default=False)
 
 
@@ -414,7 +441,7 @@ class DeleteSubscriptionGroupRequestHeader(CommandHeader):
 class ProducerGroupRequestHeader(CommandHeader):
     """GET_PRODUCER_CONNECTION_LIST."""
 
-    producer_group: str = wire("producerGroup", required=True)
+    producer_group: str = wire("producerGroup", Group, required=True)
 
 
 @dataclass(slots=True)
@@ -432,10 +459,10 @@ class ConsumerSendMsgBackRequestHeader(CommandHeader):
     """CONSUMER_SEND_MSG_BACK (36): a consumed message goes back to the group's retry topic."""
 
     offset: int = wire("offset", int, required=True)
-    group: str = wire("group", required=True)
+    group: str = wire("group", Group, required=True)
     delay_level: int = wire("delayLevel", int, required=True)
     origin_msg_id: str | None = wire("originMsgId")
-    origin_topic: str | None = wire("originTopic")
+    origin_topic: str | None = wire("originTopic", Topic)
     unit_mode: bool = wire("unitMode", bool, default=False)
     max_reconsume_times: int | None = wire("maxReconsumeTimes", int)
     bname: str | None = wire("bname")
@@ -448,7 +475,7 @@ class ConsumerSendMsgBackRequestHeader(CommandHeader):
 class EndTransactionRequestHeader(CommandHeader):
     """END_TRANSACTION (37), oneway: commit (8), roll back (12) or leave (0) a half message."""
 
-    producer_group: str = wire("producerGroup", required=True)
+    producer_group: str = wire("producerGroup", Group, required=True)
     tran_state_table_offset: int = wire("tranStateTableOffset", int, required=True)
     commit_log_offset: int = wire("commitLogOffset", int, required=True)
     commit_or_rollback: int = wire("commitOrRollback", int, required=True)
@@ -474,9 +501,9 @@ class CheckTransactionStateRequestHeader(CommandHeader):
 class ReplyMessageRequestHeader(CommandHeader):
     """PUSH_REPLY_MESSAGE_TO_CLIENT (326), broker → requester; the body is the reply's body."""
 
-    producer_group: str = wire("producerGroup", required=True)
-    topic: str = wire("topic", required=True)
-    default_topic: str = wire("defaultTopic", required=True)
+    producer_group: str = wire("producerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    default_topic: str = wire("defaultTopic", Topic, required=True)
     default_topic_queue_nums: int = wire("defaultTopicQueueNums", int, required=True)
     queue_id: int = wire("queueId", int, required=True)
     sys_flag: int = wire("sysFlag", int, required=True)
@@ -497,7 +524,7 @@ class ReplyMessageRequestHeader(CommandHeader):
 class QueryMessageRequestHeader(CommandHeader):
     """QUERY_MESSAGE (12); extField ``_UNIQUE_KEY_QUERY`` "true" marks ``key`` as a UNIQ_KEY."""
 
-    topic: str = wire("topic", required=True)
+    topic: str = wire("topic", Topic, required=True)
     key: str = wire("key", required=True)
     max_num: int = wire("maxNum", int, required=True)
     begin_timestamp: int = wire("beginTimestamp", int, required=True)

@@ -124,7 +124,7 @@ async def test_send_errors(broker: BrokerUnderTest) -> None:
     assert resp.code == ResponseCode.TOPIC_NOT_EXIST and "not exist" in resp.remark
     assert resp.ext_fields["MSG_REGION"] == "DefaultRegion"
     resp = await send(broker, "bad topic!", b"x", {})
-    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "illegal characters" in resp.remark
     await create_topic(broker, "Small", 2)
     resp = await send(broker, "Small", b"x", {}, queue_id=5)
     assert resp.code == ResponseCode.SYSTEM_ERROR and "queueId[5] is illegal" in resp.remark
@@ -303,7 +303,7 @@ async def test_unknown_code_and_admin(broker: BrokerUnderTest) -> None:
         topic_filter_type="SINGLE_TAG",
     )
     resp = await broker.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, h.encode()))
-    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "conflict with system topic" in resp.remark
     await create_topic(broker, "Doomed", 1)
     resp = await broker.call(RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"}))
     assert resp.code == ResponseCode.SUCCESS and broker.controller.topics.select("Doomed") is None

@@ -9,7 +9,6 @@ from gateway.broker.managers import (
     ConsumerOffsetManager,
     SubscriptionGroupManager,
     TopicConfigManager,
-    validate_topic,
 )
 from gateway.remoting import fastjson
 
@@ -38,12 +37,6 @@ def test_auto_create_from_tbw102(tmp_path: Path) -> None:
     reloaded.load()
     assert reloaded.select("NewTopic") == tc
     assert reloaded.data_version.counter == topics.data_version.counter
-
-
-def test_topic_validation() -> None:
-    assert validate_topic("Topic_A-1%|x") is None
-    assert "illegal" in validate_topic("bad topic")
-    assert "longer" in validate_topic("x" * 128)
 
 
 def test_offsets_file_uses_unquoted_int_keys(tmp_path: Path) -> None:

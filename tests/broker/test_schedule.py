@@ -6,12 +6,12 @@ import time
 
 import pytest_twisted
 
-from gateway.broker.managers import SCHEDULE_TOPIC
 from gateway.broker.timer import TIMER_TOPIC
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import decode_records, properties_to_string
+from gateway.remoting.names import SCHEDULE_TOPIC
 from gateway.store.api import MessageExtBrokerInner
 
 from .conftest import BrokerUnderTest, sleep

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest_twisted
 
-from gateway.broker.managers import SCHEDULE_TOPIC
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from gateway.remoting.message import decode_offset_message_id, properties_to_string
+from gateway.remoting.names import SCHEDULE_TOPIC
 
 from .conftest import BrokerUnderTest
 from .test_broker_server import create_topic, send

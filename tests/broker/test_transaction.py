@@ -9,7 +9,6 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
-from gateway.broker.managers import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import HeartbeatData, ProducerData
 from gateway.remoting.client import RemotingClient
@@ -18,6 +17,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from gateway.remoting.message import MessageExt, MessageSysFlag, decode_offset_message_id, decode_record
+from gateway.remoting.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, send

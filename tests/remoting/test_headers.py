@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from gateway.remoting.headers import (
     TopicRequestHeader,
     UnregisterClientRequestHeader,
 )
+from gateway.remoting.names import InvalidNameError
 
 SETTINGS = settings(max_examples=200, deadline=None, database=None)
 
@@ -225,10 +228,11 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
 @st.composite
 def send_headers(draw: st.DrawFn) -> SendMessageRequestHeader:
     text = st.text(max_size=20)
+    name = st.from_regex(r"[%|a-zA-Z0-9_-]{1,20}", fullmatch=True)
     return SendMessageRequestHeader(
-        producer_group=draw(text),
-        topic=draw(text),
-        default_topic=draw(text),
+        producer_group=draw(name),
+        topic=draw(name),
+        default_topic=draw(name),
         default_topic_queue_nums=draw(INT32),
         queue_id=draw(INT32),
         sys_flag=draw(INT32),
@@ -265,6 +269,11 @@ def test_send_header_round_trips(h: SendMessageRequestHeader) -> None:
 def test_decode_raises_only_header_error(ext: dict[str, str]) -> None:
     try:
         h = SendMessageRequestHeader.decode(ext)
+    except InvalidNameError:
+        assert any(k in ext and ext[k] and not _LEGAL.fullmatch(ext[k]) for k in _NAMES) or any(
+            k in ext and not ext[k] for k in _NAMES
+        )
+        return
     except HeaderError:
         assert not set(SEND_EXT) <= set(ext) or any(not _is_java_long(ext[k]) for k in SEND_EXT if k in _INTS)
         return
@@ -272,10 +281,14 @@ def test_decode_raises_only_header_error(ext: dict[str, str]) -> None:
         assert type(getattr(h, attr)) is int
     assert type(h.unit_mode) is bool
     assert type(h.batch) is bool
+    for attr in ("producer_group", "topic", "default_topic"):
+        assert _LEGAL.fullmatch(getattr(h, attr))
     assert h.reconsume_times is None or type(h.reconsume_times) is int
 
 
 _INTS = {"defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag"}
+_NAMES = ("producerGroup", "topic", "defaultTopic")
+_LEGAL = re.compile(r"[%|a-zA-Z0-9_-]+")
 
 
 def _is_java_long(s: str) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from twisted.internet.defer import Deferred
+from twisted.internet.task import Cooperator
 
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig, TopicList
-from gateway.remoting.codes import SERVER_VERSION, RequestCode, ResponseCode
+from gateway.remoting.codes import SERVER_VERSION, PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import (
     ConsumerGroupRequestHeader,
@@ -23,14 +26,14 @@ from gateway.remoting.headers import (
     TopicQueueRequestHeader,
     TopicRequestHeader,
 )
-
-from ..managers import NOT_ALLOWED_SEND_TOPICS, validate_topic
+from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, REPLY_TOPIC_POSTFIX, is_system_topic
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
 
     from ..controller import BrokerController
 
+_PERM_ALL = PermName.PERM_PRIORITY | PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT
 _SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please do it from master broker"
 
 
@@ -39,6 +42,7 @@ class AdminBrokerProcessor:
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self._cooperator = Cooperator(scheduler=lambda work: broker.reactor.callLater(0, work))
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -70,15 +74,17 @@ class AdminBrokerProcessor:
         if broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
         h = CreateTopicRequestHeader.decode(request.ext_fields)
-        reason = validate_topic(h.topic)
-        if reason is not None:
-            return request.response(ResponseCode.SYSTEM_ERROR, reason)
-        if h.topic in NOT_ALLOWED_SEND_TOPICS:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
-        if h.topic == broker.config.brokerClusterName:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR, f"the topic[{h.topic}] is conflict with system reserved words."
-            )
+        refusal = self._reserved_topic(h.topic)
+        if refusal is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, refusal)
+        limit = broker.config.maxTopicQueueNums
+        for key, n in (("readQueueNums", h.read_queue_nums), ("writeQueueNums", h.write_queue_nums)):
+            if not 0 <= n <= limit:
+                return request.response(
+                    ResponseCode.INVALID_PARAMETER, f"{key} {n} is out of range [0, {limit}] (maxTopicQueueNums)"
+                )
+        if not 0 <= h.perm <= _PERM_ALL:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} is not a valid permission")
         broker.topics.update_topic_config(
             TopicConfig(
                 h.topic,
@@ -97,10 +103,23 @@ class AdminBrokerProcessor:
         if broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
         h = TopicRequestHeader.decode(request.ext_fields)
+        refusal = self._reserved_topic(h.topic)
+        if refusal is not None:
+            return request.response(ResponseCode.INVALID_PARAMETER, refusal)
         broker.topics.delete_topic_config(h.topic)
         broker.offsets.remove_topic(h.topic)
         broker.store.delete_topics({h.topic})
         return request.response(ResponseCode.SUCCESS)
+
+    def _reserved_topic(self, topic: str) -> str | None:
+        """Why ``topic`` may not be created or deleted by a client: system topics (validateSystemTopicWhenUpdateTopic)
+        and the broker's own cluster, broker and reply topics."""
+        cfg = self.broker.config
+        if is_system_topic(topic) or topic == cfg.msgTraceTopicName:
+            return f"The topic[{topic}] is conflict with system topic."
+        if topic in (cfg.brokerClusterName, cfg.brokerName, f"{cfg.brokerClusterName}_{REPLY_TOPIC_POSTFIX}"):
+            return f"the topic[{topic}] is conflict with system reserved words."
+        return None
 
     def get_all_topic_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=fastjson.dumps(self.broker.topics.wrapper()))
@@ -174,46 +193,63 @@ class AdminBrokerProcessor:
         }
         return request.response(body=fastjson.dumps(KVTable(table)))
 
-    def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
         h = TopicRequestHeader.decode(request.ext_fields)
         tc = broker.topics.select(h.topic)
         if tc is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
         store = broker.store
-        table = {}
-        for qid in range(tc.write_queue_nums):
-            mq = MessageQueue(h.topic, broker.config.brokerName, qid)
-            min_o = max(store.get_min_offset_in_queue(h.topic, qid), 0)
-            max_o = max(store.get_max_offset_in_queue(h.topic, qid), 0)
-            last = store.get_message_store_timestamp(h.topic, qid, max_o - 1) if max_o > 0 else 0
-            table[mq] = {"lastUpdateTimestamp": last, "maxOffset": max_o, "minOffset": min_o}
-        return request.response(body=fastjson.dumps({"offsetTable": table}))
+        table: dict[MessageQueue, dict[str, int]] = {}
 
-    def get_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        def fill() -> Iterator[None]:
+            for qid in range(tc.write_queue_nums):
+                mq = MessageQueue(h.topic, broker.config.brokerName, qid)
+                min_o = max(store.get_min_offset_in_queue(h.topic, qid), 0)
+                max_o = max(store.get_max_offset_in_queue(h.topic, qid), 0)
+                last = store.get_message_store_timestamp(h.topic, qid, max_o - 1) if max_o > 0 else 0
+                table[mq] = {"lastUpdateTimestamp": last, "maxOffset": max_o, "minOffset": min_o}
+                yield
+
+        return self._cooperatively(fill(), lambda: request.response(body=fastjson.dumps({"offsetTable": table})))
+
+    def get_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
         store = broker.store
         h = GetConsumeStatsRequestHeader.decode(request.ext_fields)
         topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of_group(h.consumer_group))
         cg = broker.consumers.get(h.consumer_group)
         table: dict[MessageQueue, dict[str, int]] = {}
-        for topic in topics:
-            tc = broker.topics.select(topic)
-            if tc is None:
-                continue
-            if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
-                continue
-            for qid in range(tc.read_queue_nums):
-                mq = MessageQueue(topic, broker.config.brokerName, qid)
-                broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
-                consumer_offset = max(broker.offsets.query_offset(h.consumer_group, topic, qid), 0)
-                last = store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                table[mq] = {
-                    "brokerOffset": broker_offset,
-                    "consumerOffset": consumer_offset,
-                    "lastTimestamp": last,
-                }
-        return request.response(body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
+
+        def fill() -> Iterator[None]:
+            for topic in topics:
+                tc = broker.topics.select(topic)
+                if tc is None:
+                    continue
+                if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
+                    continue
+                for qid in range(tc.read_queue_nums):
+                    mq = MessageQueue(topic, broker.config.brokerName, qid)
+                    broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
+                    consumer_offset = max(broker.offsets.query_offset(h.consumer_group, topic, qid), 0)
+                    last = (
+                        store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+                    )
+                    table[mq] = {
+                        "brokerOffset": broker_offset,
+                        "consumerOffset": consumer_offset,
+                        "lastTimestamp": last,
+                    }
+                    yield
+
+        return self._cooperatively(
+            fill(), lambda: request.response(body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
+        )
+
+    def _cooperatively(self, steps: Iterator[None], answer: Callable[[], RemotingCommand]) -> Deferred[RemotingCommand]:
+        """Run ``steps`` in reactor-sized slices (Twisted's Cooperator), so a request that walks many queues
+        never holds the other connections for long; then build the answer."""
+        return self._cooperator.cooperate(steps).whenDone().addCallback(lambda _: answer())
 
     def get_consumer_connection_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         h = ConsumerGroupRequestHeader.decode(request.ext_fields)
@@ -266,6 +302,12 @@ class AdminBrokerProcessor:
         cfg = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))
         if not cfg.group_name:
             return request.response(ResponseCode.SYSTEM_ERROR, "groupName is blank")
+        limit = self.broker.config.maxTopicQueueNums
+        if not 0 <= cfg.retry_queue_nums <= limit:
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"retryQueueNums {cfg.retry_queue_nums} is out of range [0, {limit}] (maxTopicQueueNums)",
+            )
         self.broker.groups.update(cfg)
         return request.response(ResponseCode.SUCCESS)
 

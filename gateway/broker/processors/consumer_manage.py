@@ -62,5 +62,19 @@ class ConsumerManageProcessor:
 
     def update_consumer_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         header = UpdateConsumerOffsetRequestHeader.decode(request.ext_fields)
-        self.broker.offsets.commit_offset(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
+        broker = self.broker
+        # As 5.x: only a known group and topic, and (ours) only a queue the topic has, so commits cannot
+        # grow the offset table without bound.
+        if broker.groups.find(header.consumer_group) is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"Group {header.consumer_group} not exist!"
+            )
+        tc = broker.topics.select(header.topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {header.topic} not exist!")
+        if not 0 <= header.queue_id < max(tc.read_queue_nums, tc.write_queue_nums):
+            return request.response(
+                ResponseCode.INVALID_PARAMETER, f"QueueId {header.queue_id} is invalid, topic is {header.topic}"
+            )
+        broker.offsets.commit_offset(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
         return request.response(ResponseCode.SUCCESS)

@@ -28,16 +28,16 @@ from gateway.remoting.message import (
     string_to_properties,
     tags_code,
 )
-from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
-
-from ..inner import inner_from_ext, look_message
-from ..managers import (
+from gateway.remoting.names import (
     DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
-    retry_topic,
-    validate_topic,
+    InvalidNameError,
 )
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+
+from ..inner import inner_from_ext, look_message
+from ..managers import retry_topic
 from ..schedule import handle_schedule_message
 
 if TYPE_CHECKING:
@@ -103,10 +103,13 @@ class SendMessageProcessor:
         }
 
     def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | Deferred[Any]:
-        if request.code in _V2_CODES:
-            header = SendMessageRequestHeader.decode_v2(request.ext_fields)
-        else:
-            header = SendMessageRequestHeader.decode(request.ext_fields)
+        try:
+            if request.code in _V2_CODES:
+                header = SendMessageRequestHeader.decode_v2(request.ext_fields)
+            else:
+                header = SendMessageRequestHeader.decode(request.ext_fields)
+        except InvalidNameError as e:
+            return request.response(ResponseCode.INVALID_PARAMETER, str(e), self.region_ext())
         ext = self.region_ext()
         error = self.msg_check(request, header)
         if error is not None:
@@ -129,10 +132,8 @@ class SendMessageProcessor:
             return ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {cfg.startAcceptSendRequestTimeStamp}"
         if not cfg.brokerPermission & PermName.PERM_WRITE:
             return ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] sending message is forbidden"
+        # The topic's name was checked as the header was decoded.
         topic = header.topic
-        reason = validate_topic(topic)
-        if reason is not None:
-            return ResponseCode.SYSTEM_ERROR, reason
         if topic in NOT_ALLOWED_SEND_TOPICS:
             return ResponseCode.SYSTEM_ERROR, f"Sending message to topic[{topic}] is forbidden."
         topics = broker.topics

@@ -21,10 +21,10 @@ from gateway.remoting.message import (
     properties_to_string,
     tags_code,
 )
+from gateway.remoting.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from gateway.store.api import GetMessageStatus, MessageExtBrokerInner, PutMessageResult
 
 from ..inner import inner_from_ext
-from ..managers import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
     from ..controller import BrokerController

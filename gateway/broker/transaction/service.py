@@ -19,9 +19,9 @@ from gateway.remoting.codes import PermName, RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CheckTransactionStateRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, encode_record, properties_to_string
+from gateway.remoting.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 from ..inner import inner_from_ext, packed_host
-from ..managers import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from .bridge import REMOVE_TAG, QueueRead, TransactionalMessageBridge
 
 if TYPE_CHECKING:
