@@ -7,6 +7,7 @@ import orjson
 import pytest_twisted
 from twisted.internet.defer import DeferredList
 
+from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CreateTopicRequestHeader
@@ -61,4 +62,10 @@ async def test_other_clients_are_answered_while_topic_stats_run(broker: BrokerUn
     assert all(ok for ok, _ in results)
     # The ping went in after all eight stats requests and still did not wait for all of them.
     assert order.index("ping") < len(order) - 1, order
-    assert results[0][1].code == ResponseCode.SUCCESS and results[0][1].body.count(b'"queueId"') == 1024
+    table = fastjson.loads(results[0][1].body)["offsetTable"]
+    assert len(table) == 1024 and {"topic": "Wide", "brokerName": "broker-a", "queueId": 1023} in list(table)
+    ext = {"consumerGroup": "cg", "topic": "Wide", "queueId": "7", "commitOffset": "0"}
+    assert (await broker.call(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext))).code == 0
+    req = RemotingCommand.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "cg"})
+    stats = fastjson.loads((await broker.call(req)).body)
+    assert stats["consumeTps"] == 0.0 and len(stats["offsetTable"]) == 1024

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..controller import BrokerController
 
 _PERM_ALL = PermName.PERM_PRIORITY | PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT
+# How long heavy admin work may hold the reactor before other connections get their turn.
+_SLICE_SECONDS = 0.002
 _SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please do it from master broker"
 
 
@@ -42,7 +44,10 @@ class AdminBrokerProcessor:
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._cooperator = Cooperator(scheduler=lambda work: broker.reactor.callLater(0, work))
+        self._cooperator = Cooperator(
+            terminationPredicateFactory=lambda: _Slice(_SLICE_SECONDS),
+            scheduler=lambda work: broker.reactor.callLater(0, work),
+        )
 
     def handlers(self) -> dict[int, Any]:
         return {
@@ -200,18 +205,16 @@ class AdminBrokerProcessor:
         if tc is None:
             return request.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
         store = broker.store
-        table: dict[MessageQueue, dict[str, int]] = {}
 
-        def fill() -> Iterator[None]:
+        def rows() -> Iterator[tuple[MessageQueue, dict[str, int]]]:
             for qid in range(tc.write_queue_nums):
-                mq = MessageQueue(h.topic, broker.config.brokerName, qid)
                 min_o = max(store.get_min_offset_in_queue(h.topic, qid), 0)
                 max_o = max(store.get_max_offset_in_queue(h.topic, qid), 0)
                 last = store.get_message_store_timestamp(h.topic, qid, max_o - 1) if max_o > 0 else 0
-                table[mq] = {"lastUpdateTimestamp": last, "maxOffset": max_o, "minOffset": min_o}
-                yield
+                mq = MessageQueue(h.topic, broker.config.brokerName, qid)
+                yield mq, {"lastUpdateTimestamp": last, "maxOffset": max_o, "minOffset": min_o}
 
-        return self._cooperatively(fill(), lambda: request.response(body=fastjson.dumps({"offsetTable": table})))
+        return self._offset_table(request, b"", rows())
 
     def get_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
@@ -219,9 +222,8 @@ class AdminBrokerProcessor:
         h = GetConsumeStatsRequestHeader.decode(request.ext_fields)
         topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of_group(h.consumer_group))
         cg = broker.consumers.get(h.consumer_group)
-        table: dict[MessageQueue, dict[str, int]] = {}
 
-        def fill() -> Iterator[None]:
+        def rows() -> Iterator[tuple[MessageQueue, dict[str, int]]]:
             for topic in topics:
                 tc = broker.topics.select(topic)
                 if tc is None:
@@ -229,27 +231,31 @@ class AdminBrokerProcessor:
                 if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
                     continue
                 for qid in range(tc.read_queue_nums):
-                    mq = MessageQueue(topic, broker.config.brokerName, qid)
                     broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
                     consumer_offset = max(broker.offsets.query_offset(h.consumer_group, topic, qid), 0)
                     last = (
                         store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
                     )
-                    table[mq] = {
-                        "brokerOffset": broker_offset,
-                        "consumerOffset": consumer_offset,
-                        "lastTimestamp": last,
-                    }
-                    yield
+                    mq = MessageQueue(topic, broker.config.brokerName, qid)
+                    yield mq, {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
 
-        return self._cooperatively(
-            fill(), lambda: request.response(body=fastjson.dumps({"consumeTps": 0.0, "offsetTable": table}))
-        )
+        return self._offset_table(request, b'"consumeTps":0.0,', rows())
 
-    def _cooperatively(self, steps: Iterator[None], answer: Callable[[], RemotingCommand]) -> Deferred[RemotingCommand]:
-        """Run ``steps`` in reactor-sized slices (Twisted's Cooperator), so a request that walks many queues
-        never holds the other connections for long; then build the answer."""
-        return self._cooperator.cooperate(steps).whenDone().addCallback(lambda _: answer())
+    def _offset_table(
+        self, request: RemotingCommand, head: bytes, rows: Iterator[tuple[MessageQueue, dict[str, int]]]
+    ) -> Deferred[RemotingCommand]:
+        """Answer ``{<head>"offsetTable":{queue:row,...}}`` (fastjson's object keys), walking ``rows`` in short
+        slices of reactor time (Twisted's Cooperator) and serializing each row as it comes, so a request
+        over many queues never holds the other connections for long."""
+        entries: list[bytes] = []
+
+        def steps() -> Iterator[None]:
+            for mq, row in rows:
+                entries.append(b"%s:%s" % (fastjson.dumps(mq), orjson.dumps(row)))
+                yield
+
+        done = self._cooperator.cooperate(steps()).whenDone()
+        return done.addCallback(lambda _: request.response(body=b'{%s"offsetTable":{%s}}' % (head, b",".join(entries))))
 
     def get_consumer_connection_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         h = ConsumerGroupRequestHeader.decode(request.ext_fields)
@@ -332,3 +338,13 @@ def _connection(info: Any) -> dict[str, Any]:
         "language": info.language,
         "version": info.version,
     }
+
+
+class _Slice:
+    """A Cooperator termination predicate: true once ``seconds`` have passed since it was made."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def __call__(self) -> bool:
+        return time.monotonic() >= self.end
