@@ -18,6 +18,7 @@ from .api import (
 from .config import StoreConfig
 from .mapped_file import StoreLoadError
 from .message_store import DefaultMessageStore
+from .paths import StorePathError
 
 __all__ = [
     "AppendMessageResult",
@@ -32,4 +33,5 @@ __all__ = [
     "RecoveryReport",
     "StoreConfig",
     "StoreLoadError",
+    "StorePathError",
 ]

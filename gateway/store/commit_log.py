@@ -20,7 +20,8 @@ from gateway.remoting.message import (
 
 from .api import AppendMessageResult, MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from .config import StoreConfig
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile, MappedFilePool, MappedFileQueue
+from .paths import is_safe_component
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +136,14 @@ class CommitLog:
     """Appends records, serves slices of them, and finds the valid end after a restart.
 
     ``topic_queue_table`` maps (topic, queueId) to the next queue offset; ``dispatcher`` is called
-    after each appended record.
+    after each appended record.  Segments are counted in ``pool``; the one being written stays mapped.
     """
 
-    def __init__(self, config: StoreConfig, dispatcher: Dispatcher) -> None:
+    def __init__(self, config: StoreConfig, dispatcher: Dispatcher, pool: MappedFilePool | None = None) -> None:
         self.config = config
-        self.queue = MappedFileQueue(config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True)
+        self.queue = MappedFileQueue(
+            config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
+        )
         self.dispatcher = dispatcher
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         # (end offset, store time of the record ending there): one attribute, so a flushing thread reads a
@@ -149,7 +152,7 @@ class CommitLog:
         self._topic_bytes: dict[str, bytes] = {}
 
     def load(self) -> list[str]:
-        """Map the segments on disk; returns removed empty files."""
+        """List the segments on disk; returns removed empty files."""
         return self.queue.load()
 
     @property
@@ -171,6 +174,9 @@ class CommitLog:
             topic = msg.topic.encode()
             if len(topic) > MAX_TOPIC_LENGTH:
                 log.warning("topic too long (%d bytes): %.60s...", len(topic), msg.topic)
+                return PutMessageStatus.MESSAGE_ILLEGAL, b"", b"", 0, 0
+            if not is_safe_component(msg.topic):  # it names the consume queue's directory
+                log.warning("topic %r refused: not a plain path component", msg.topic[:60])
                 return PutMessageStatus.MESSAGE_ILLEGAL, b"", b"", 0, 0
             self._topic_bytes[msg.topic] = topic
         props = msg.properties.encode()

@@ -60,6 +60,12 @@ class StoreConfig:
     # Java reads these two from the system properties rocketmq.broker.diskSpace*; here they are settings.
     diskSpaceWarningLevelRatio: float = 0.90
     diskSpaceCleanForciblyRatio: float = 0.85
+    # Not a RocketMQ key (Java maps every file for good): at most this many consume-queue, index and old
+    # commitlog files stay mapped, one file descriptor each; the least recently used idle ones are unmapped and
+    # mapped again when next used.  The commitlog's active segment is never unmapped.  0: no bound.  At start,
+    # a soft RLIMIT_NOFILE below this + 256 is raised to the hard limit (as the JVM does); if still short, fewer
+    # files stay mapped.
+    maxOpenMappedFiles: int = 1024
 
     # broker.conf loading sets attributes after construction, so derived values are computed on use.
 

@@ -8,7 +8,8 @@ import struct
 from collections.abc import Callable
 
 from .config import CQ_STORE_UNIT_SIZE
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile, MappedFilePool, MappedFileQueue
+from .paths import store_child
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +22,20 @@ _BLANK_UNIT = _UNIT.pack(0, BLANK_UNIT_SIZE, 0)
 
 
 class ConsumeQueue:
-    """One consume queue; ``max_physic_offset`` is the commitlog offset just past the last indexed record."""
+    """One consume queue in ``<root>/<topic>/<queueId>``; ``max_physic_offset`` is the commitlog offset just past
+    the last indexed record.
 
-    def __init__(self, topic: str, queue_id: int, root: str, mapped_file_size: int) -> None:
+    Costs no file (and no descriptor) until its first unit is written.  StorePathError if ``topic`` is not a
+    plain path component.
+    """
+
+    def __init__(
+        self, topic: str, queue_id: int, root: str, mapped_file_size: int, pool: MappedFilePool | None = None
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.queue = MappedFileQueue(os.path.join(root, topic, str(queue_id)), mapped_file_size)
+        path = os.path.join(store_child(root, topic), str(queue_id))
+        self.queue = MappedFileQueue(path, mapped_file_size, pool=pool)
         self.max_physic_offset = -1
         self.min_logic_offset = 0  # bytes, like Java
 
@@ -41,7 +50,7 @@ class ConsumeQueue:
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE
 
     def load(self) -> list[str]:
-        """Map the files on disk; returns removed empty files."""
+        """List the files on disk; returns removed empty files."""
         dropped = self.queue.load()
         self.min_logic_offset = self.queue.min_offset
         return dropped

@@ -10,16 +10,13 @@ killed with -9 leaves a file that agrees with its entries.
 
 from __future__ import annotations
 
-import logging
-import mmap
 import os
 import struct
+import threading
 
 from gateway.remoting.message import java_string_hash
 
-from .mapped_file import StoreLoadError
-
-log = logging.getLogger(__name__)
+from .mapped_file import MappedFile, MappedFilePool, StoreLoadError
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -62,7 +59,8 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 
 class IndexFile:
-    """An index file mapped read-write; header fields are kept as attributes and mirrored into the mapping."""
+    """An index file (its ``mapped_file``, mapped on use); header fields are kept as attributes and mirrored into
+    the mapping."""
 
     __slots__ = (
         "_entries_at",
@@ -71,21 +69,17 @@ class IndexFile:
         "dirty",
         "end_phy_offset",
         "end_timestamp",
-        "fd",
         "hash_slot_count",
         "hash_slot_num",
         "index_count",
         "index_num",
-        "mm",
-        "path",
+        "mapped_file",
     )
 
-    def __init__(self, path: str, hash_slot_num: int, index_num: int, fd: int) -> None:
-        self.path = path
+    def __init__(self, mapped_file: MappedFile, hash_slot_num: int, index_num: int) -> None:
+        self.mapped_file = mapped_file
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
-        self.fd = fd
-        self.mm = mmap.mmap(fd, index_file_size(hash_slot_num, index_num))
         self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
         (
             self.begin_timestamp,
@@ -94,23 +88,30 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = _HEADER.unpack_from(self.mm, 0)
+        ) = _HEADER.unpack_from(mapped_file.mm, 0)
         # A fresh file has 0 (entry 0 is reserved); a damaged one must not send lookups past the mapping.
         self.index_count = min(max(self.index_count, 1), index_num)
         self.dirty = False
 
     @classmethod
     def create(
-        cls, path: str, hash_slot_num: int, index_num: int, end_phy_offset: int, end_timestamp: int
+        cls,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        end_phy_offset: int,
+        end_timestamp: int,
+        pool: MappedFilePool,
+        lock: threading.Lock,
     ) -> IndexFile:
-        """A new sparse file continuing from the previous file's end (both 0 for the first file)."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        """A new sparse file continuing from the previous file's end (both 0 for the first file); ``pool`` counts
+        its mapping, ``lock`` is its owner's."""
+        size = index_file_size(hash_slot_num, index_num)
+        mapped_file = MappedFile.create(path, 0, size, False, pool, lock)
         try:
-            os.ftruncate(fd, index_file_size(hash_slot_num, index_num))
-            f = cls(path, hash_slot_num, index_num, fd)
+            f = cls(mapped_file, hash_slot_num, index_num)
         except BaseException:
-            os.close(fd)
-            os.unlink(path)
+            mapped_file.destroy()
             raise
         if end_phy_offset > 0:
             f.begin_phy_offset = f.end_phy_offset = end_phy_offset
@@ -120,17 +121,19 @@ class IndexFile:
         return f
 
     @classmethod
-    def open(cls, path: str, hash_slot_num: int, index_num: int) -> IndexFile:
-        """Map an existing file; StoreLoadError if its size does not match the capacities."""
+    def open(
+        cls, path: str, hash_slot_num: int, index_num: int, pool: MappedFilePool, lock: threading.Lock
+    ) -> IndexFile:
+        """An existing file (its header read now); StoreLoadError if its size does not match the capacities."""
         size = os.path.getsize(path)
         if size != index_file_size(hash_slot_num, index_num):
             raise StoreLoadError(f"{path}: length {size} does not match maxHashSlotNum/maxIndexNum")
-        fd = os.open(path, os.O_RDWR)
-        try:
-            return cls(path, hash_slot_num, index_num, fd)
-        except BaseException:
-            os.close(fd)
-            raise
+        return cls(MappedFile(path, 0, size, pool, lock), hash_slot_num, index_num)
+
+    @property
+    def path(self) -> str:
+        """The file's path."""
+        return self.mapped_file.path
 
     @property
     def is_empty(self) -> bool:
@@ -140,7 +143,7 @@ class IndexFile:
     def write_header(self) -> None:
         """Mirror the header attributes into the mapping."""
         _HEADER.pack_into(
-            self.mm,
+            self.mapped_file.mm,
             0,
             self.begin_timestamp,
             self.end_timestamp,
@@ -168,7 +171,7 @@ class IndexFile:
             begin = self.begin_timestamp
             time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
             time_diff = 0 if time_diff < 0 else _INT_MAX if time_diff > _INT_MAX else time_diff
-            mm = self.mm
+            mm = self.mapped_file.mm
             slots = self.hash_slot_num
             entry_pos = self._entries_at + count * INDEX_SIZE
             for key in keys:
@@ -201,7 +204,7 @@ class IndexFile:
         count = self.index_count
         if count <= 1:
             return
-        mm = self.mm
+        mm = self.mapped_file.mm
         (index,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + key_hash % self.hash_slot_num * HASH_SLOT_SIZE)
         if index <= INVALID_INDEX or index > count:
             return
@@ -225,7 +228,7 @@ class IndexFile:
         slots exactly as they were before those entries were added.  ``end_*`` then describe the last entry
         left (its time to the second, as stored); a file left empty gets a zero header.
         """
-        mm = self.mm
+        mm = self.mapped_file.mm
         count = self.index_count
         dropped = 0
         while count > 1:
@@ -252,17 +255,12 @@ class IndexFile:
     def flush(self) -> None:
         """fdatasync the file (also writes back pages dirtied through the mapping)."""
         self.dirty = False  # cleared first: a write during the sync marks the file again
-        os.fdatasync(self.fd)
+        self.mapped_file.sync()
 
     def close(self) -> None:
-        """Unmap and close."""
-        try:
-            self.mm.close()
-        except BufferError:
-            log.debug("%s still has readers; unmapping later", self.path)
-        os.close(self.fd)
+        """Unmap."""
+        self.mapped_file.close()
 
     def destroy(self) -> None:
         """Close and delete the file."""
-        self.close()
-        os.unlink(self.path)
+        self.mapped_file.destroy()

@@ -18,6 +18,7 @@ from gateway.remoting.message import MessageConst, MessageSysFlag, property_valu
 
 from .config import StoreConfig
 from .index_file import IndexFile, index_key_hash
+from .mapped_file import MappedFilePool
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,11 @@ class QueryOffsetResult:
 
 
 class IndexService:
-    """Builds and searches the index files of one store."""
+    """Builds and searches the index files of one store; their mappings are counted in ``pool``."""
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(self, config: StoreConfig, pool: MappedFilePool | None = None) -> None:
         self.config = config
+        self.pool = MappedFilePool() if pool is None else pool
         self.store_path = os.path.join(config.storePathRootDir, "index")
         self.hash_slot_num = config.maxHashSlotNum
         self.index_num = config.maxIndexNum
@@ -54,7 +56,7 @@ class IndexService:
         self._lock = threading.Lock()
 
     def load(self) -> list[str]:
-        """Map the files on disk; returns the paths of empty files removed (a crash during creation)."""
+        """Open the files on disk; returns the paths of empty files removed (a crash during creation)."""
         dropped: list[str] = []
         self.files = []
         try:
@@ -71,7 +73,7 @@ class IndexService:
                 os.unlink(path)
                 dropped.append(path)
                 continue
-            self.files.append(IndexFile.open(path, self.hash_slot_num, self.index_num))
+            self.files.append(IndexFile.open(path, self.hash_slot_num, self.index_num, self.pool, self._lock))
         self._update_last_indexed()
         return dropped
 
@@ -99,6 +101,8 @@ class IndexService:
             self.index_num,
             prev.end_phy_offset if prev else 0,
             prev.end_timestamp if prev else 0,
+            self.pool,
+            self._lock,
         )
         self.files.append(f)  # atomic: a flush copies the list under the lock
         log.info("created index file %s", path)

@@ -1,8 +1,10 @@
-"""Fixed-size segment files named by their starting global offset, mapped whole (MappedFile, MappedFileQueue).
+"""Fixed-size segment files named by their starting global offset, mapped whole on demand (MappedFile,
+MappedFileQueue), and the store's bound on open mappings (MappedFilePool).
 
-Threading: appends, reads and changes to the file list happen on one thread (the reactor); ``flush`` and
-``destroy_files`` may run on worker threads.  A queue's lock is held while fsyncing and while closing or
-deleting files, so a worker never syncs a file descriptor that is being closed.
+Threading: appends, reads, mapping and changes to the file list happen on one thread (the reactor); ``flush``
+and ``destroy_files`` may run on worker threads.  A queue's lock is held while fsyncing and while unmapping or
+deleting files, so a worker never syncs a file that is being closed, and the pool never unmaps a file a worker
+is using.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import logging
 import mmap
 import os
 import threading
+from collections import OrderedDict
+from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,15 @@ def offset2file_name(offset: int) -> str:
     return f"{offset:0{_NAME_DIGITS}d}"
 
 
+@contextlib.contextmanager
+def _descriptor(path: str, flags: int) -> Iterator[int]:
+    fd = os.open(path, flags)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def _preallocate(fd: int, offset: int, length: int) -> None:
     try:
         os.posix_fallocate(fd, offset, length)
@@ -41,49 +54,149 @@ def _preallocate(fd: int, offset: int, length: int) -> None:
 
 
 def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with _descriptor(path, os.O_RDONLY) as fd:
         os.fsync(fd)
-    finally:
-        os.close(fd)
+
+
+class MappedFilePool:
+    """The open mappings of one store, least recently used first (``maxOpenMappedFiles``).
+
+    Mapping a file beyond ``limit`` unmaps the least recently used idle ones: not pinned, and whose owner's
+    lock is free (no flush or deletion is using them).  That loses nothing: pages written through a mapping
+    stay in the page cache after it goes, and the owner's next flush syncs them through the file's path.
+    The limit is soft: when every other file is busy, the pool stays over it until the next mapping.
+    """
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit  # 0: no bound
+        self._lru: OrderedDict[MappedFile, None] = OrderedDict()
+        # Workers deleting detached files discard them while the reactor maps others.  ``touch`` (every read
+        # and write) goes without it: only the reactor touches, and only files of live queues, which no worker
+        # discards; one OrderedDict operation is atomic under the GIL.
+        self._lock = threading.Lock()
+
+    @property
+    def open_files(self) -> int:
+        """Files mapped now."""
+        return len(self._lru)
+
+    def touch(self, f: MappedFile) -> None:
+        """``f`` was just used: it is the last to be unmapped."""
+        self._lru.move_to_end(f)
+
+    def add(self, f: MappedFile) -> None:
+        """Count a newly mapped ``f``, unmapping idle files over the limit (never ``f`` itself)."""
+        with self._lock:
+            lru = self._lru
+            lru[f] = None
+            excess = len(lru) - self.limit
+            if self.limit <= 0 or excess <= 0:
+                return
+            # Each older file comes to the front once: unmapped, or moved behind ``f`` if it is busy.
+            for _ in range(len(lru) - 1):
+                victim = next(iter(lru))
+                if not victim.pinned and victim.lock.acquire(blocking=False):
+                    try:
+                        victim.unmap()
+                    finally:
+                        victim.lock.release()
+                    del lru[victim]
+                    excess -= 1
+                    if not excess:
+                        return
+                else:
+                    lru.move_to_end(victim)
+
+    def discard(self, f: MappedFile) -> None:
+        """Stop counting ``f`` (it is being closed)."""
+        with self._lock:
+            self._lru.pop(f, None)
 
 
 class MappedFile:
-    """One segment: ``file_size`` bytes starting at global offset ``file_from_offset``, mapped read-write."""
+    """One segment: ``file_size`` bytes starting at global offset ``file_from_offset``.
 
-    __slots__ = ("fd", "file_from_offset", "file_size", "mm", "path", "view")
+    It is mapped read-write on first use of ``mm`` or ``view`` and counted in ``pool``, which may unmap it
+    again while it is idle; the next use maps it again.  So never keep ``mm`` across a call that may map
+    another file (slices of ``view`` stay valid: an unmapped file's mapping lives on while they exist).
+    ``lock`` is the owner's lock; ``pinned`` (the commitlog's active segment) keeps it mapped.
+    """
 
-    def __init__(self, path: str, file_from_offset: int, file_size: int, fd: int) -> None:
+    __slots__ = ("_mm", "_view", "file_from_offset", "file_size", "lock", "path", "pinned", "pool")
+
+    def __init__(
+        self, path: str, file_from_offset: int, file_size: int, pool: MappedFilePool, lock: threading.Lock
+    ) -> None:
         self.path = path
         self.file_from_offset = file_from_offset
         self.file_size = file_size
-        self.fd = fd  # kept for fdatasync, which releases the GIL (mmap.flush does not)
-        self.mm = mmap.mmap(fd, file_size)
-        self.view = memoryview(self.mm)
+        self.pool = pool
+        self.lock = lock
+        self.pinned = False
+        self._mm: mmap.mmap | None = None
+        self._view: memoryview | None = None
 
     @classmethod
-    def create(cls, path: str, file_from_offset: int, file_size: int, preallocate: bool) -> MappedFile:
-        """Create the file at full size; ``preallocate`` reserves its blocks (writes to a sparse file fault slowly)."""
+    def create(
+        cls,
+        path: str,
+        file_from_offset: int,
+        file_size: int,
+        preallocate: bool,
+        pool: MappedFilePool,
+        lock: threading.Lock,
+    ) -> MappedFile:
+        """Create the file at full size and map it; ``preallocate`` reserves its blocks (writes to a sparse file
+        fault slowly)."""
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        f = cls(path, file_from_offset, file_size, pool, lock)
         try:
             os.ftruncate(fd, file_size)
             if preallocate:
                 _preallocate(fd, 0, file_size)
-            return cls(path, file_from_offset, file_size, fd)
+            f._map(fd)
         except BaseException:
-            os.close(fd)
+            f.close()
             os.unlink(path)
             raise
-
-    @classmethod
-    def open(cls, path: str, file_from_offset: int, file_size: int) -> MappedFile:
-        """Map an existing file."""
-        fd = os.open(path, os.O_RDWR)
-        try:
-            return cls(path, file_from_offset, file_size, fd)
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
+        return f
+
+    @property
+    def mm(self) -> mmap.mmap:
+        """The mapping (mapped now if it was not)."""
+        mm = self._mm
+        if mm is None:
+            return self._open()[0]
+        self.pool.touch(self)
+        return mm
+
+    @property
+    def view(self) -> memoryview:
+        """A memoryview of the whole mapping, for zero-copy slices."""
+        view = self._view
+        if view is None:
+            return self._open()[1]
+        self.pool.touch(self)
+        return view
+
+    @property
+    def is_mapped(self) -> bool:
+        """Whether the file is mapped now."""
+        return self._mm is not None
+
+    def _open(self) -> tuple[mmap.mmap, memoryview]:
+        with _descriptor(self.path, os.O_RDWR) as fd:
+            return self._map(fd)
+
+    def _map(self, fd: int) -> tuple[mmap.mmap, memoryview]:
+        # The mapping keeps its own duplicate of the descriptor: one descriptor per mapped file.
+        mm = mmap.mmap(fd, self.file_size)
+        view = memoryview(mm)
+        self._mm, self._view = mm, view
+        self.pool.add(self)
+        return mm, view
 
     @property
     def end_offset(self) -> int:
@@ -91,13 +204,18 @@ class MappedFile:
         return self.file_from_offset + self.file_size
 
     def sync(self) -> None:
-        """fdatasync: on Linux it also writes back pages dirtied through the mapping."""
-        os.fdatasync(self.fd)
+        """fdatasync (it releases the GIL, mmap.flush does not) through a fresh descriptor: on Linux that writes
+        back the file's pages dirtied through any mapping, also one already unmapped."""
+        with _descriptor(self.path, os.O_RDONLY) as fd:
+            os.fdatasync(fd)
 
-    def zero_from(self, pos: int) -> None:
+    def zero_from(self, pos: int, preallocate: bool = False) -> None:
         """Make bytes ``pos..end`` zero by cutting the file and growing it back (cheap, even for a 1 GiB tail)."""
-        os.ftruncate(self.fd, pos)
-        os.ftruncate(self.fd, self.file_size)
+        with _descriptor(self.path, os.O_RDWR) as fd:
+            os.ftruncate(fd, pos)
+            os.ftruncate(fd, self.file_size)
+            if preallocate:
+                _preallocate(fd, pos, self.file_size - pos)
 
     def last_nonzero(self, start: int) -> int:
         """Position just past the last non-zero byte from ``start`` up to the first 1 MiB of zeros.
@@ -107,35 +225,45 @@ class MappedFile:
         """
         end = pos = start
         zeros = 0
-        while pos < self.file_size and zeros < _ZERO_RUN:
-            try:
-                data = os.lseek(self.fd, pos, os.SEEK_DATA)
-            except OSError as e:
-                if e.errno == errno.ENXIO:  # only a hole is left
-                    break
-                data = pos  # no SEEK_DATA here: read everything
-            if data > pos:
-                zeros += data - pos
-                pos = data
-                continue
-            chunk = os.pread(self.fd, min(_SCAN_CHUNK, self.file_size - pos), pos)
-            kept = len(chunk.rstrip(b"\0"))
-            if kept:
-                end = pos + kept
-                zeros = len(chunk) - kept
-            else:
-                zeros += len(chunk)
-            pos += len(chunk)
+        with _descriptor(self.path, os.O_RDONLY) as fd:
+            while pos < self.file_size and zeros < _ZERO_RUN:
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:  # only a hole is left
+                        break
+                    data = pos  # no SEEK_DATA here: read everything
+                if data > pos:
+                    zeros += data - pos
+                    pos = data
+                    continue
+                chunk = os.pread(fd, min(_SCAN_CHUNK, self.file_size - pos), pos)
+                kept = len(chunk.rstrip(b"\0"))
+                if kept:
+                    end = pos + kept
+                    zeros = len(chunk) - kept
+                else:
+                    zeros += len(chunk)
+                pos += len(chunk)
         return end
 
-    def close(self) -> None:
-        """Unmap and close; if readers still hold slices the mapping is left to the garbage collector."""
-        self.view.release()
+    def unmap(self) -> None:
+        """Release the mapping (the pool's bookkeeping is the caller's); if readers still hold slices it is left
+        to the garbage collector."""
+        mm, view = self._mm, self._view
+        if mm is None or view is None:
+            return
+        self._mm = self._view = None
+        view.release()
         try:
-            self.mm.close()
+            mm.close()
         except BufferError:
             log.debug("%s still has readers; unmapping later", self.path)
-        os.close(self.fd)
+
+    def close(self) -> None:
+        """Unmap and stop counting the file in the pool."""
+        self.pool.discard(self)
+        self.unmap()
 
     def destroy(self) -> None:
         """Close and delete the file."""
@@ -147,13 +275,23 @@ class MappedFileQueue:
     """The ordered segments of one directory (the commitlog, or one consume queue).
 
     ``wrote_where`` is the global offset just past the written data; ``flushed_where`` the offset up to
-    which data is known durable.
+    which data is known durable.  Files are mapped on use and counted in ``pool`` (a private, unbounded one by
+    default); ``pin_last`` keeps the newest one (the commitlog's write target) mapped.
     """
 
-    def __init__(self, store_path: str, mapped_file_size: int, preallocate: bool = False) -> None:
+    def __init__(
+        self,
+        store_path: str,
+        mapped_file_size: int,
+        preallocate: bool = False,
+        pool: MappedFilePool | None = None,
+        pin_last: bool = False,
+    ) -> None:
         self.store_path = store_path
         self.mapped_file_size = mapped_file_size
         self.preallocate = preallocate
+        self.pool = MappedFilePool() if pool is None else pool
+        self.pin_last = pin_last
         self.files: list[MappedFile] = []
         self.wrote_where = 0
         self.flushed_where = 0
@@ -161,7 +299,8 @@ class MappedFileQueue:
         self._dir_dirty = False
 
     def load(self) -> list[str]:
-        """Map the existing files; returns the paths of zero-length files removed (a crash during creation).
+        """List the existing files (mapped when first used); returns the paths of zero-length files removed (a
+        crash during creation).
 
         Raises StoreLoadError for a file whose size differs from the configured one.
         """
@@ -185,8 +324,9 @@ class MappedFileQueue:
                 continue
             if size != self.mapped_file_size:
                 raise StoreLoadError(f"{path}: length {size} does not match the configured {self.mapped_file_size}")
-            self.files.append(MappedFile.open(path, int(name), size))
+            self.files.append(MappedFile(path, int(name), size, self.pool, self._lock))
         if self.files:
+            self.files[-1].pinned = self.pin_last
             # Until recovery says otherwise, everything mapped counts as written (Java does the same).
             self.wrote_where = self.flushed_where = self.files[-1].end_offset
         return dropped
@@ -201,7 +341,10 @@ class MappedFileQueue:
         if not self.files:
             os.makedirs(self.store_path, exist_ok=True)
         path = os.path.join(self.store_path, offset2file_name(file_from_offset))
-        f = MappedFile.create(path, file_from_offset, self.mapped_file_size, self.preallocate)
+        f = MappedFile.create(path, file_from_offset, self.mapped_file_size, self.preallocate, self.pool, self._lock)
+        if self.files:
+            self.files[-1].pinned = False
+        f.pinned = self.pin_last
         self.files.append(f)
         self._dir_dirty = True
         return f
@@ -271,17 +414,17 @@ class MappedFileQueue:
                     dropped.append(f.path)
                     continue
                 if dirty or always_zero:
-                    f.zero_from(pos)
-                    if self.preallocate:
-                        _preallocate(f.fd, pos, f.file_size - pos)
+                    f.zero_from(pos, self.preallocate)
                 keep.append(f)
+            if keep:
+                keep[-1].pinned = self.pin_last
             self.files = keep
         self.wrote_where = offset
         self.flushed_where = min(self.flushed_where, offset)
         return cut, dropped
 
     def detach_first(self, count: int) -> list[MappedFile]:
-        """Remove the ``count`` oldest segments from the queue (never the newest) and return them, still mapped.
+        """Remove the ``count`` oldest segments from the queue (never the newest) and return them.
 
         Does not wait for a running flush (rebinding the list is atomic); pass them to ``destroy_files``.
         """
@@ -311,7 +454,7 @@ class MappedFileQueue:
         return self.detach_first(count)
 
     def close(self) -> None:
-        """Unmap and close every segment."""
+        """Unmap every segment."""
         with self._lock:
             for f in self.files:
                 f.close()

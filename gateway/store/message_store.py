@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import resource
 import shutil
 import struct
 from collections.abc import Iterable
@@ -33,7 +34,8 @@ from .commit_log import MIN_RECORD_SIZE, CommitLog, DispatchRequest, is_dispatch
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .index_service import IndexService
-from .mapped_file import StoreLoadError
+from .mapped_file import MappedFilePool, StoreLoadError
+from .paths import StorePathError, store_child
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,8 @@ _UNIT = struct.Struct(">qiq")
 _II = struct.Struct(">ii")
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28
+# Descriptors wanted beside the mapped files (connections, config files).
+_SPARE_DESCRIPTORS = 256
 
 
 class DefaultMessageStore:
@@ -56,14 +60,17 @@ class DefaultMessageStore:
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.arriving_listener: ArrivingListener | None = None
-        self.commit_log = CommitLog(config, self._dispatch)
+        # Every file's mapping is counted here, so open descriptors stay bounded however many queues exist.
+        self.mapped_file_pool = MappedFilePool(config.maxOpenMappedFiles)
+        self.commit_log = CommitLog(config, self._dispatch, self.mapped_file_pool)
         self.consume_queue_table: dict[tuple[str, int], ConsumeQueue] = {}
-        self.index_service = IndexService(config)
+        self.index_service = IndexService(config, self.mapped_file_pool)
         self.checkpoint: StoreCheckpoint | None = None
         self.running = False
         # RunningFlags' disk-full bit: set by the clean service above diskSpaceWarningLevelRatio, refuses writes.
         self.disk_full = False
         self._lock_fd: int | None = None
+        self._refused_topics: set[str] = set()  # logged once each
         self._logics_timestamp = 0  # store time of the last record indexed in a consume queue
         self._memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * config.accessMessageInMemoryMaxRatio / 100)
 
@@ -80,6 +87,7 @@ class DefaultMessageStore:
             raise RuntimeError("store already started")
         root = self.config.storePathRootDir
         os.makedirs(root, exist_ok=True)
+        self._fit_open_files_limit()
         fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -106,6 +114,31 @@ class DefaultMessageStore:
         self.running = True
         log.info("store %s started: %s", root, report)
         return report
+
+    def _fit_open_files_limit(self) -> None:
+        """Make room for ``maxOpenMappedFiles`` descriptors and spare ones: raise the soft RLIMIT_NOFILE to the hard
+        one when short, as the JVM does (MaxFDLimit); if still short, map fewer files."""
+        limit = self.config.maxOpenMappedFiles
+        wanted = limit + _SPARE_DESCRIPTORS
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if limit <= 0 or soft == resource.RLIM_INFINITY or soft >= wanted:
+            return
+        target = wanted if hard == resource.RLIM_INFINITY else hard
+        if target > soft:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                log.info("open files limit raised from %d to %d", soft, target)
+                soft = target
+            except (OSError, ValueError) as e:
+                log.warning("cannot raise the open files limit from %d: %s", soft, e)
+        if soft < wanted:
+            self.mapped_file_pool.limit = max(soft - _SPARE_DESCRIPTORS, soft // 2)
+            log.warning(
+                "open files limit %d: at most %d files stay mapped (maxOpenMappedFiles=%d); raise ulimit -n",
+                soft,
+                self.mapped_file_pool.limit,
+                limit,
+            )
 
     def _load_and_recover(self, abnormal: bool) -> RecoveryReport:
         report = RecoveryReport(abnormal=abnormal)
@@ -180,7 +213,11 @@ class DefaultMessageStore:
         except FileNotFoundError:
             return dropped
         for topic in topics:
-            topic_dir = os.path.join(root, topic)
+            try:
+                topic_dir = store_child(root, topic)
+            except StorePathError as e:
+                log.warning("consume queues of %r not loaded: %s", topic, e)
+                continue
             if not os.path.isdir(topic_dir):
                 continue
             for name in sorted(os.listdir(topic_dir)):
@@ -188,7 +225,7 @@ class DefaultMessageStore:
                     queue_id = int(name)
                 except ValueError:
                     continue
-                cq = ConsumeQueue(topic, queue_id, root, self.config.consume_queue_file_size)
+                cq = ConsumeQueue(topic, queue_id, root, self.config.consume_queue_file_size, self.mapped_file_pool)
                 dropped += cq.load()
                 self.consume_queue_table[(topic, queue_id)] = cq
         return dropped
@@ -257,10 +294,22 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         return self.commit_log.put_messages(msgs)
 
-    def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+    def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        """The queue, made on first use; None for a topic that cannot name a directory of the store (a record
+        written before topics were checked, or a symbolic link planted in the store)."""
         cq = self.consume_queue_table.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(topic, queue_id, self.config.consume_queue_root, self.config.consume_queue_file_size)
+            if topic in self._refused_topics:
+                return None
+            config = self.config
+            try:
+                cq = ConsumeQueue(
+                    topic, queue_id, config.consume_queue_root, config.consume_queue_file_size, self.mapped_file_pool
+                )
+            except StorePathError as e:
+                log.error("messages of this topic stay out of consume queues: %s", e)
+                self._refused_topics.add(topic)
+                return None
             self.consume_queue_table[(topic, queue_id)] = cq
         return cq
 
@@ -281,6 +330,8 @@ class DefaultMessageStore:
         if not is_dispatched(sys_flag):
             return
         cq = self.consume_queue_table.get((topic, queue_id)) or self._find_consume_queue(topic, queue_id)
+        if cq is None:
+            return
         cq.put_message_position_info(offset, size, tags, cq_offset)
         self._logics_timestamp = store_timestamp
         listener = self.arriving_listener
@@ -292,8 +343,8 @@ class DefaultMessageStore:
 
     def _redispatch(self, req: DispatchRequest) -> bool:
         cq = self._find_consume_queue(req.topic, req.queue_id)
-        if req.commit_log_offset + req.msg_size <= cq.max_physic_offset:
-            return False  # already indexed: skip parsing its properties
+        if cq is None or req.commit_log_offset + req.msg_size <= cq.max_physic_offset:
+            return False  # refused topic, or already indexed: skip parsing its properties
         written = cq.put_message_position_info(
             req.commit_log_offset, req.msg_size, self._tags_code_of(req), req.consume_queue_offset
         )
@@ -514,18 +565,26 @@ class DefaultMessageStore:
     # -- admin -------------------------------------------------------------------------------------------
 
     def destroy_consume_queue(self, topic: str) -> int:
-        """Delete every consume queue of ``topic`` (files included); returns how many."""
+        """Delete every consume queue of ``topic`` (files included); returns how many.
+
+        StorePathError, before anything is touched, if ``topic`` is not a plain path component.
+        """
+        topic_dir = store_child(self.config.consume_queue_root, topic)
         keys = [key for key in self.consume_queue_table if key[0] == topic]
         for key in keys:
             self.consume_queue_table.pop(key).destroy()
             self.commit_log.topic_queue_table.pop(key, None)
         with contextlib.suppress(OSError):  # not empty: something else lives there
-            os.rmdir(os.path.join(self.config.consume_queue_root, topic))
+            os.rmdir(topic_dir)
         return len(keys)
 
     def delete_topics(self, topics: Iterable[str]) -> int:
         """Delete the consume queues of ``topics``; returns how many queues went.  Their records stay in the
-        commitlog until it is cleaned."""
+        commitlog until it is cleaned.  StorePathError, before anything is deleted, if a topic is not a plain
+        path component."""
+        topics = list(topics)
+        for topic in topics:
+            store_child(self.config.consume_queue_root, topic)
         return sum(self.destroy_consume_queue(topic) for topic in topics)
 
     # -- durability --------------------------------------------------------------------------------------
