@@ -4,6 +4,10 @@ Config dataclasses name their attributes exactly as RocketMQ's keys (``brokerNam
 ``listenPort``...), so one generic routine spreads a properties file over them. A bad value
 raises :class:`ConfigError` naming the key and the file; unknown keys are reported, not fatal,
 as Java ignores them too.
+
+Properties text is read as ``java.util.Properties.load`` reads it and written as
+``Properties.store`` escapes it, so a value holding a newline, ``=`` or ``\\`` can never become a
+second key in a file we write (the CVE-2023-37582 class).
 """
 
 from __future__ import annotations
@@ -11,11 +15,14 @@ from __future__ import annotations
 import re
 import types
 import typing
-from dataclasses import fields
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
 from twisted.logger import Logger
+
+from gateway.remoting.codes import ResponseCode
 
 log = Logger()
 
@@ -24,78 +31,170 @@ class ConfigError(Exception):
     """A configuration value that cannot be used; the message names the key and the file."""
 
 
+# -- reading (Properties.load)
+
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+# Properties' blanks are only these three (str.strip() would take more); lines end at \r, \n, \r\n.
+_BLANKS = re.compile(r"[ \t\f]*")
+_BLANK_LINES = re.compile(r"[ \t\f\r\n]*")
+_EOL = re.compile(r"[\r\n]")
+# A key runs to the first unescaped '=', ':' or blank; escapes come in pairs.
+_KEY = re.compile(r"(?:[^\\=: \t\f]|\\.)*", re.DOTALL)
+_SEPARATOR = re.compile(r"[ \t\f]*(?:[=:][ \t\f]*)?")
+_ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|(u)|(.))", re.DOTALL)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text: ``=``, ``:`` or blank separators, comments, continuations."""
+    """Parse ``.properties`` text exactly as Java's ``Properties.load`` does.
+
+    Lines end at ``\\n``, ``\\r`` or ``\\r\\n`` only; ``#``/``!`` start a comment line; an odd number
+    of trailing backslashes continues the line; the key ends at the first unescaped ``=``, ``:`` or
+    blank; the value keeps its trailing blanks. Raises :class:`ConfigError` for a malformed
+    ``\\uXXXX`` escape or an unpaired UTF-16 surrogate.
+    """
     props: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        # An odd number of trailing backslashes continues the line.
-        stripped = line.rstrip("\r\n")
-        trailing = len(stripped) - len(stripped.rstrip("\\"))
-        if trailing % 2 == 1:
-            logical += stripped[:-1]
-            continue
-        logical += stripped
-        key, value = _split_entry(logical)
-        props[_unescape(key)] = _unescape(value)
-        logical = ""
-    if logical:
-        key, value = _split_entry(logical)
-        props[_unescape(key)] = _unescape(value)
+    for line in _logical_lines(text):
+        key_end = _match_end(_KEY, line, 0)
+        value_start = _match_end(_SEPARATOR, line, key_end)
+        props[_load_convert(line[:key_end])] = _load_convert(line[value_start:])
     return props
 
 
-_SEP = re.compile(r"(?<!\\)[=:\s]")
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    m = _SEP.search(line)
-    if not m:
-        return line, ""
-    key = line[: m.start()]
-    rest = line[m.start() :].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return key, rest.rstrip()
-
-
-def _unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            n = s[i + 1]
-            if n == "u" and i + 5 < len(s) + 1:
-                try:
-                    out.append(chr(int(s[i + 2 : i + 6], 16)))
-                    i += 6
-                    continue
-                except ValueError:
-                    pass
-            out.append(_ESCAPES.get(n, n))
-            i += 2
+def _logical_lines(text: str) -> Iterator[str]:
+    """Java's LineReader (9 and later): logical lines, without comments, blank lines and continuations."""
+    pos, end = 0, len(text)
+    parts: list[str] = []
+    size = 0
+    continued = False
+    while True:
+        # Blanks are skipped; empty lines too, except right after a continuation.
+        pos = _match_end(_BLANKS if continued else _BLANK_LINES, text, pos)
+        if pos == end:
+            if size:
+                yield "".join(parts)
+            return
+        continued = False
+        if size == 0 and text[pos] in "#!":
+            pos = min(_line_end(text, pos) + 1, end)
             continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+        stop = _line_end(text, pos)
+        segment = text[pos:stop]
+        parts.append(segment)
+        size += len(segment)
+        odd = (len(segment) - len(segment.rstrip("\\"))) % 2 == 1
+        if stop >= end - 1:
+            # The text ends in (or right after) this line: a trailing odd backslash is dropped.
+            if size:
+                line = "".join(parts)
+                yield line[:-1] if odd else line
+            return
+        pos = stop + 1
+        if size == 0:
+            continue
+        if not odd:
+            yield "".join(parts)
+            parts, size = [], 0
+            continue
+        # Continued: the backslash goes, and so does the \n of a \r\n.
+        parts[-1] = segment[:-1]
+        size -= 1
+        if text[stop] == "\r" and text[pos] == "\n":
+            pos += 1
+        continued = True
+
+
+def _match_end(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """End of ``pattern`` (which also matches nothing) at ``pos``."""
+    m = pattern.match(text, pos)
+    assert m is not None
+    return m.end()
+
+
+def _line_end(text: str, pos: int) -> int:
+    """Index of the first \\r or \\n at or after ``pos`` (the text's length if none)."""
+    m = _EOL.search(text, pos)
+    return m.start() if m else len(text)
+
+
+def _load_convert(s: str) -> str:
+    """Unescape one key or value (loadConvert); astral characters arrive as surrogate pairs."""
+    if "\\" in s:
+        s = _ESCAPE.sub(_unescape_one, s)
+    if _SURROGATE.search(s):
+        try:
+            s = s.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+        except UnicodeDecodeError:
+            raise ConfigError("Malformed \\uxxxx encoding: unpaired surrogate.") from None
+    return s
+
+
+def _unescape_one(m: re.Match[str]) -> str:
+    if m.group(1) is not None:
+        return chr(int(m.group(1), 16))
+    if m.group(2) is not None:
+        raise ConfigError("Malformed \\uxxxx encoding.")
+    c = m.group(3)
+    return _ESCAPES.get(c, c)
 
 
 def load_properties(path: str | Path) -> dict[str, str]:
-    """Read a properties file; a missing file is a ConfigError naming it."""
+    """Read a properties file (UTF-8, or ISO-8859-1 as Java reads it); a missing file is a ConfigError naming it."""
     p = Path(path)
     try:
-        return parse_properties(p.read_text(encoding="utf-8"))
+        data = p.read_bytes()
     except OSError as e:
         raise ConfigError(f"cannot read config file {p}: {e.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")
+    try:
+        return parse_properties(text)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+
+
+# -- writing (Properties.store)
+
+# saveConvert: '\', the separators, the comment starts and everything outside printable ASCII.
+_SAVE_VALUE = re.compile(r"[^\x20-\x7e]|[\\=:#!]")
+_SAVE_KEY = re.compile(r"[^\x21-\x7e]|[\\=:#!]")
+_SAVE_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f", " ": "\\ "}
+
+
+def _save_one(m: re.Match[str]) -> str:
+    c = m.group()
+    if c in _SAVE_NAMED:
+        return _SAVE_NAMED[c]
+    if c < " " or c > "~":
+        # \uXXXX per UTF-16 unit: an astral character becomes its surrogate pair, as in Java.
+        units = c.encode("utf-16-be", "surrogatepass")
+        return "".join(f"\\u{units[i]:02X}{units[i + 1]:02X}" for i in range(0, len(units), 2))
+    return "\\" + c
+
+
+def format_properties(props: Mapping[str, str]) -> str:
+    """``key=value`` lines escaped as ``Properties.store(OutputStream)`` escapes them, in the order given.
+
+    Keys escape every space, values only a leading one; the output is pure ASCII, one line per key,
+    and :func:`parse_properties` reads back exactly ``props``.
+    """
+    lines = []
+    for key, value in props.items():
+        v = _SAVE_VALUE.sub(_save_one, value)
+        if v.startswith(" "):
+            v = "\\" + v
+        lines.append(f"{_SAVE_KEY.sub(_save_one, key)}={v}\n")
+    return "".join(lines)
+
+
+def properties_to_string(props: Mapping[str, str]) -> str:
+    """Plain ``key=value`` lines, sorted (MixAll.properties2String): the GET_*_CONFIG answer, never a file."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+
+
+# -- applying to config dataclasses
 
 
 def _field_type(tp: Any) -> type:
@@ -108,8 +207,15 @@ def _field_type(tp: Any) -> type:
     return tp if tp in (int, bool, str, float) else str
 
 
+# Java's String.trim(): every character up to U+0020.
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+
+
 def convert(value: str, tp: type, key: str, source: str) -> Any:
-    """Convert one property value to ``tp`` as Java's setters would, naming key and file on error."""
+    """Convert one property value to ``tp`` as Java's setters would, naming key and file on error.
+
+    Strings are trimmed as MixAll.properties2Object trims them.
+    """
     v = value.strip()
     try:
         if tp is bool:
@@ -122,7 +228,7 @@ def convert(value: str, tp: type, key: str, source: str) -> Any:
             return float(v)
     except ValueError:
         raise ConfigError(f"{source}: key {key}: {value!r} is not a valid {tp.__name__}") from None
-    return value
+    return value.strip(_JAVA_TRIM)
 
 
 def apply_properties(targets: list[Any], props: dict[str, str], source: str, ignore: tuple[str, ...] = ()) -> list[str]:
@@ -145,6 +251,16 @@ def apply_properties(targets: list[Any], props: dict[str, str], source: str, ign
     return unknown
 
 
+def config_properties(*configs: Any) -> dict[str, str]:
+    """Every setting of the config dataclasses as Java's MixAll.object2Properties gives it: strings, nulls left out."""
+    out = {}
+    for config in configs:
+        for key, value in asdict(config).items():
+            if value is not None:
+                out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
 # Keys Java takes as -D system properties (TLS, ACL file locations); our config files may carry them.
 SYSTEM_PROPERTY_PREFIXES = ("tls.", "rocketmq.")
 
@@ -153,4 +269,78 @@ def system_properties(path: str | Path | None) -> dict[str, str]:
     """The ``tls.*`` and ``rocketmq.*`` keys of a config file (none without a file)."""
     if path is None:
         return {}
-    return {k: v for k, v in load_properties(path).items() if k.startswith(SYSTEM_PROPERTY_PREFIXES)}
+    # Trimmed as the settings they stand for would be.
+    return {k: v.strip(_JAVA_TRIM) for k, v in load_properties(path).items() if k.startswith(SYSTEM_PROPERTY_PREFIXES)}
+
+
+# -- UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG
+
+BLACK_LIST_REMARK = "Can not update config in black list."
+# Every setting of a broker fits in a few KiB; parsing costs Python work per line, so bound what a client can ask.
+MAX_UPDATE_BODY = 16 * 1024
+
+
+class UpdateRefused(ConfigError):
+    """A remote config update refused as a whole: ``code`` and ``remark`` are the response's."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+def black_listed(key: str, fixed: Collection[str], config_black_list: str) -> bool:
+    """Whether a remote update may not change ``key``: it is one of ``fixed``, is listed in the ';'-separated
+    ``configBlackList`` setting, or names a file, a directory or a program, or is a -D system property
+    (``tls.*`` would downgrade TLS at the next start, ``rocketmq.*`` moves the ACL file)."""
+    lower = key.lower()
+    return (
+        key in fixed
+        or key in {k.strip() for k in config_black_list.split(";")}
+        or key.startswith(SYSTEM_PROPERTY_PREFIXES)
+        or "path" in lower
+        or lower.endswith(("dir", "file", "home"))
+    )
+
+
+def remote_update(body: bytes, configs: list[Any], refused: Callable[[str], bool], source: str) -> dict[str, str]:
+    """Apply an UPDATE_*_CONFIG properties body to ``configs`` all at once; return the keys set, as set.
+
+    Refusals (:class:`UpdateRefused`) change nothing: an unreadable body or one over
+    :data:`MAX_UPDATE_BODY` is SYSTEM_ERROR (Java's "string2Properties error"), any key ``refused``
+    (the black list) NO_PERMISSION with Apache's remark, a key no config declares INVALID_PARAMETER
+    naming it (Java ignores those silently; we never store one, so it cannot be read later as
+    something else), a bad value SYSTEM_ERROR naming the key.
+    """
+    if len(body) > MAX_UPDATE_BODY:
+        raise UpdateRefused(ResponseCode.SYSTEM_ERROR, f"config body over {MAX_UPDATE_BODY} bytes")
+    try:
+        props = parse_properties(body.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise UpdateRefused(ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {e}") from None
+    except ConfigError:
+        raise UpdateRefused(ResponseCode.SYSTEM_ERROR, "string2Properties error") from None
+    if any(refused(key) for key in props):
+        raise UpdateRefused(ResponseCode.NO_PERMISSION, BLACK_LIST_REMARK)
+    known = {f.name for config in configs for f in fields(config)}
+    unknown = sorted(props.keys() - known)
+    if unknown:
+        raise UpdateRefused(
+            ResponseCode.INVALID_PARAMETER, f"Can not update unknown config: {', '.join(map(repr, unknown))}."
+        )
+    _update_in_place(configs, props, source)
+    set_now = config_properties(*configs)
+    return {key: set_now[key] for key in props if key in set_now}
+
+
+def _update_in_place(configs: list[Any], props: dict[str, str], source: str) -> None:
+    """Apply ``props`` to ``configs``; a bad value raises :class:`UpdateRefused` and changes nothing."""
+    # Convert on copies so one bad value leaves the running configs untouched.
+    candidates = [replace(c) for c in configs]
+    try:
+        apply_properties(candidates, props, source)
+    except ConfigError as e:
+        raise UpdateRefused(ResponseCode.SYSTEM_ERROR, str(e)) from None
+    for config, candidate in zip(configs, candidates, strict=True):
+        for f in fields(config):
+            setattr(config, f.name, getattr(candidate, f.name))

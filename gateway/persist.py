@@ -1,19 +1,49 @@
 """Config and state files written as RocketMQ's ConfigManager does: temp file, fsync, rename, ``.bak``.
 
-Loading falls back to the ``.bak`` copy when the main file is missing or unreadable.
+Loading falls back to the ``.bak`` copy when the main file is missing, empty or unreadable. When the
+file exists but neither copy is usable, loading raises :class:`StateFileError` (Apache's broker
+refuses to start then too), unless the server was started with ``startWithCorruptStateFiles=true``
+(:func:`corrupt_state_files`): then both copies are kept aside as ``<name>.corrupt-<time>`` and the
+table starts empty.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
 from twisted.logger import Logger
 
+from gateway.config import ConfigError
+
 log = Logger()
 T = TypeVar("T")
+
+# The setting an operator finds in broker.conf and namesrv.properties.
+START_EMPTY_KEY = "startWithCorruptStateFiles"
+
+
+class StateFileError(ConfigError):
+    """A config/state file exists but neither it nor its ``.bak`` can be read; the message names both."""
+
+
+_start_empty: ContextVar[bool] = ContextVar("start_empty_on_corrupt_state_files", default=False)
+
+
+@contextmanager
+def corrupt_state_files(start_empty: bool) -> Iterator[None]:
+    """Within the block, :func:`load_with_backup` keeps unusable files aside and starts empty if ``start_empty``,
+    else raises :class:`StateFileError` (the default outside any block)."""
+    token = _start_empty.set(start_empty)
+    try:
+        yield
+    finally:
+        _start_empty.reset(token)
 
 
 def write_atomically(path: str | Path, data: bytes) -> None:
@@ -37,17 +67,51 @@ def write_atomically(path: str | Path, data: bytes) -> None:
 
 
 def load_with_backup(path: str | Path, parse: Callable[[bytes], T]) -> T | None:
-    """Parse ``path``, or its ``.bak`` if the main file is missing or corrupt; None if neither is usable."""
+    """Parse ``path``, or its ``.bak`` if the main file is missing, empty or corrupt.
+
+    None when neither exists (a fresh start). When one exists but neither parses, raises
+    :class:`StateFileError`, or inside ``corrupt_state_files(start_empty=True)`` keeps them aside and
+    returns None.
+    """
     p = Path(path)
+    problems: list[tuple[Path, str]] = []
     for candidate in (p, p.with_name(p.name + ".bak")):
         try:
             data = candidate.read_bytes()
         except FileNotFoundError:
             continue
+        except OSError as e:
+            problems.append((candidate, f"unreadable ({e.strerror})"))
+            continue
         if not data.strip():
+            problems.append((candidate, "empty"))
             continue
         try:
             return parse(data)
         except Exception as e:
-            log.error("config file {path} is corrupt ({error}); trying its backup", path=str(candidate), error=e)
+            # One short printable line: the message ends up in a start-up error.
+            reason = "".join(c if c.isprintable() else "?" for c in " ".join(f"{type(e).__name__}: {e}".split())[:200])
+            problems.append((candidate, f"corrupt ({reason})"))
+            log.error("state file {path} is corrupt ({error})", path=str(candidate), error=reason)
+    if not problems:
+        return None
+    found = "; ".join(f"{candidate} is {problem}" for candidate, problem in problems)
+    if not _start_empty.get():
+        raise StateFileError(
+            f"cannot load {p.name}: {found}. Restore the file, or set {START_EMPTY_KEY}=true to start with "
+            "an empty table (the broken files are then kept aside as *.corrupt-<time>)"
+        )
+    stamp = datetime.now().strftime("%Y%m%d%H%M%S%f")[:-3]
+    kept = []
+    for candidate, _problem in problems:
+        aside = candidate.with_name(f"{candidate.name}.corrupt-{stamp}")
+        os.replace(candidate, aside)
+        kept.append(str(aside))
+    log.critical(
+        "cannot load {name}: {found}. Starting with an EMPTY table because {key}=true; kept aside: {kept}",
+        name=p.name,
+        found=found,
+        key=START_EMPTY_KEY,
+        kept=", ".join(kept),
+    )
     return None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import asdict
 
-from gateway.config import ConfigError, system_properties
+from gateway.config import ConfigError, config_properties, properties_to_string, system_properties
 from gateway.runner import run_services, start_logging
 
 from .config import load_broker_config
@@ -27,8 +26,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"configuration error: {e}", file=sys.stderr)
         sys.exit(1)
     if args.printConfigItem:
-        for k, v in sorted({**asdict(broker_cfg), **asdict(store_cfg)}.items()):
-            print(f"{k}={v}")
+        # As Java prints them: key=value lines, booleans lower-case, unset values left out.
+        sys.stdout.write(properties_to_string(config_properties(store_cfg, broker_cfg)))
         return
     start_logging()
     run_services(

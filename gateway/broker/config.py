@@ -6,7 +6,9 @@ import os
 import socket
 from dataclasses import dataclass
 
-from gateway.config import SYSTEM_PROPERTY_PREFIXES, apply_properties, load_properties
+from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
+from gateway.remoting.budget import DEFAULT_MAX_BUFFERED_BYTES
+from gateway.remoting.names import topic_problem
 from gateway.store.config import StoreConfig
 
 
@@ -77,6 +79,9 @@ class BrokerConfig:
     # Ours: start with an empty table (the broken files kept aside) when a state file such as
     # consumerOffset.json and its .bak are both unreadable, instead of refusing to start.
     startWithCorruptStateFiles: bool = False
+    # Ours: the most bytes all client connections together may hold in incomplete frames and unsent replies
+    # (512 MiB); past it the newest such connections are closed. Always on (must be positive); read at start.
+    remotingMaxBufferedBytes: int = DEFAULT_MAX_BUFFERED_BYTES
 
     def __post_init__(self) -> None:
         if not self.brokerIP1:
@@ -115,6 +120,12 @@ def load_broker_config(
     if overrides:
         apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()
+    # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
+    for key in ("brokerClusterName", "brokerName"):
+        problem = topic_problem(getattr(broker, key))
+        if problem is not None:
+            source = "command line" if key in (overrides or {}) or not path else path
+            raise ConfigError(f"{source}: key {key}: {problem}")
     if "NAMESRV_ADDR" in os.environ and not broker.namesrvAddr:
         broker.namesrvAddr = os.environ["NAMESRV_ADDR"]
     return broker, store

@@ -16,6 +16,8 @@ from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from gateway.acl.broker_acl import BrokerAcl
+from gateway.persist import StateFileError, corrupt_state_files
+from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
@@ -35,6 +37,7 @@ from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .processors.admin import AdminBrokerProcessor
+from .processors.broker_config import BrokerConfigProcessor
 from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
 from .processors.end_transaction import EndTransactionProcessor
@@ -99,12 +102,13 @@ class BrokerController(service.Service):
             ConsumerManageProcessor(self),
             AdminBrokerProcessor(self),
             LockBatchProcessor(self),
+            BrokerConfigProcessor(self),
             QueryMessageProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
         # Wrap or replace before startService to serve TLS.
-        self.factory = RemotingServerFactory(self.dispatcher)
+        self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
         self.vip_factory: RemotingServerFactory | None = None
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self.acl = BrokerAcl.for_broker(config, system_properties, reactor) if config.aclEnable else None
@@ -132,11 +136,7 @@ class BrokerController(service.Service):
         report = self.store.start()
         log.info("store recovered: {report}", report=report)
         self.store.arriving_listener = self._message_arriving
-        self.topics.load()
-        self.offsets.load()
-        self.groups.load()
-        self.schedule.load()
-        self.timer.load()
+        self._load_state_files()
         self.topics.persist()
         self.tls.start()
         if self.acl is not None:
@@ -171,6 +171,20 @@ class BrokerController(service.Service):
             namesrv=self.config.namesrvAddr,
         )
 
+    def _load_state_files(self) -> None:
+        """topics.json, consumerOffset.json, subscriptionGroup.json, delayOffset.json, timerOffset.json.
+
+        One that exists but cannot be read (nor its .bak) stops start-up with a StateFileError naming it, the
+        store closed cleanly, unless ``startWithCorruptStateFiles=true`` (then it starts empty, kept aside).
+        """
+        try:
+            with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
+                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer):
+                    manager.load()
+        except StateFileError:
+            self.store.shutdown()
+            raise
+
     def when_ready(self) -> defer.Deferred[Any]:
         """Fires once the first registration with every NameServer has been answered (or failed)."""
         return self._registered
@@ -180,7 +194,7 @@ class BrokerController(service.Service):
         if self.config.listenPort <= 2:
             return
         pulls = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE}
-        self.vip_factory = RemotingServerFactory(self.dispatcher.without(pulls))
+        self.vip_factory = RemotingServerFactory(self.dispatcher.without(pulls), budget=self.factory.budget)
         try:
             self.ports.append(
                 self.reactor.listenTCP(

@@ -1,7 +1,7 @@
 """``python -m gateway.namesrv [-c namesrv.properties] [-p]``: the name server, with ``mqnamesrv``'s flags.
 
 Logs go to stdout. SIGINT or SIGTERM closes the port and every connection, then exits 0; a bad
-configuration prints its message (key and file) on stderr and exits 1.
+configuration or an unreadable kvConfig.json prints its message (key or file) on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from twisted.logger import (
     textFileLogObserver,
 )
 
-from gateway.config import ConfigError, system_properties
+from gateway.config import ConfigError, properties_to_string, system_properties
 
-from .config import NamesrvConfig, format_properties, load_namesrv_config
+from .config import NamesrvConfig, load_namesrv_config
 from .service import NamesrvController
 
 log = Logger()
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"mqnamesrv: {e}", file=sys.stderr)
         sys.exit(1)
     if args.printConfigItem:
-        sys.stdout.write(format_properties(config.to_properties()))
+        sys.stdout.write(properties_to_string(config.to_properties()))
         return
     observer = textFileLogObserver(sys.stdout)
     globalLogBeginner.beginLoggingTo(
@@ -62,6 +62,10 @@ async def _serve(reactor: Any, config: NamesrvConfig, props: dict[str, str]) -> 
     controller = NamesrvController(config, reactor, system_properties=props)
     try:
         controller.startService()
+    except ConfigError as e:
+        # What start-up reads (kvConfig.json, the TLS files) cannot be used: one line naming it, exit 1.
+        print(f"mqnamesrv: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except CannotListenError as e:
         log.critical(
             "cannot listen on {addr}:{port}: {error}", addr=config.bindAddress, port=config.listenPort, error=e

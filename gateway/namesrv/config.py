@@ -1,16 +1,24 @@
 """Name server settings under RocketMQ's own namesrv.properties keys (NamesrvConfig + NettyServerConfig).
 
 Java's Configuration keeps every setting in one properties view: GET_NAMESRV_CONFIG returns it,
-UPDATE_NAMESRV_CONFIG changes it at run time and rewrites ``configStorePath``.
+UPDATE_NAMESRV_CONFIG changes it at run time and rewrites ``configStorePath`` (escaped as
+``Properties.store`` escapes, so no value can add a key to the file).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.config import apply_properties, load_properties
+from gateway.config import (
+    apply_properties,
+    black_listed,
+    config_properties,
+    format_properties,
+    load_properties,
+    remote_update,
+)
 from gateway.persist import write_atomically
 
 # Keys another part of the program reads (TLS has its own issue).
@@ -40,25 +48,35 @@ class NamesrvConfig:
     # Java hard-codes these two (scan every 10 s, first after 5 s; expire after 2 min).
     scanNotActiveBrokerInterval: int = 10000
     brokerChannelExpiredTime: int = 120000
+    # Ours: start with an empty KV table (the broken files kept aside) when kvConfig.json and its .bak
+    # are both unreadable, instead of refusing to start.
+    startWithCorruptStateFiles: bool = False
+    # Ours: the most bytes all connections together may hold in incomplete frames and unsent replies; past it
+    # the newest such connections are closed. Always on (must be positive); read at start.
+    remotingMaxBufferedBytes: int = 64 * 1024 * 1024
 
-    def black_list(self) -> set[str]:
-        """Keys that UPDATE_NAMESRV_CONFIG refuses (DefaultRequestProcessor's fixed ones included)."""
-        fixed = {"configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome"}
-        return fixed | {k.strip() for k in self.configBlackList.split(";") if k.strip()}
+    def black_listed(self, key: str) -> bool:
+        """Whether UPDATE_NAMESRV_CONFIG refuses ``key`` (:func:`~gateway.config.black_listed`); beyond Java's
+        fixed keys, the listener (it cannot move while running, and a port changed for the next start would
+        take the cluster's NameServer away) and the start-up-only ``startWithCorruptStateFiles``."""
+        return black_listed(key, _FIXED_BLACK_LIST, self.configBlackList)
 
     def to_properties(self) -> dict[str, str]:
         """Every setting as Java's MixAll.object2Properties gives it: strings, nulls left out."""
-        out = {}
-        for key, value in asdict(self).items():
-            if value is None:
-                continue
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
-        return out
+        return config_properties(self)
 
 
-def format_properties(props: dict[str, str]) -> str:
-    """``key=value`` lines (MixAll.properties2String), sorted for a stable output."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
+_FIXED_BLACK_LIST = frozenset(
+    {
+        "configBlackList",
+        "configStorePath",
+        "kvConfigPath",
+        "rocketmqHome",
+        "listenPort",
+        "bindAddress",
+        "startWithCorruptStateFiles",
+    }
+)
 
 
 def load_namesrv_config(path: str | Path | None = None, overrides: dict[str, str] | None = None) -> NamesrvConfig:
@@ -76,22 +94,19 @@ def load_namesrv_config(path: str | Path | None = None, overrides: dict[str, str
     return config
 
 
-def update_namesrv_config(config: NamesrvConfig, props: dict[str, str]) -> None:
-    """UPDATE_NAMESRV_CONFIG: apply ``props``, then persist to ``configStorePath``.
+def update_namesrv_config(config: NamesrvConfig, body: bytes) -> None:
+    """UPDATE_NAMESRV_CONFIG: apply a properties body, then persist to ``configStorePath``.
 
-    Raises ConfigError for a bad value, and then nothing changes. Black-listed keys are the caller's check.
+    Raises :class:`~gateway.config.UpdateRefused` (black-listed or unknown key, bad value...), and then
+    nothing changes; OSError if the file cannot be written.
     """
-    # Convert on a copy so one bad value leaves the running config untouched.
-    candidate = replace(config)
-    apply_properties([candidate], props, "UPDATE_NAMESRV_CONFIG", IGNORED_PREFIXES)
-    for f in fields(config):
-        setattr(config, f.name, getattr(candidate, f.name))
+    remote_update(body, [config], config.black_listed, "UPDATE_NAMESRV_CONFIG")
     persist_namesrv_config(config)
 
 
 def persist_namesrv_config(config: NamesrvConfig) -> None:
-    """Rewrite ``configStorePath`` with every setting, keeping the keys it holds that we do not know (tls.*)."""
+    """Rewrite ``configStorePath`` with every setting, sorted, keeping the keys it holds that we do not know."""
     path = Path(config.configStorePath)
     props = load_properties(path) if path.exists() else {}
     props.update(config.to_properties())
-    write_atomically(path, format_properties(props).encode())
+    write_atomically(path, format_properties(dict(sorted(props.items()))).encode())

@@ -28,7 +28,11 @@ class KVConfigManager:
         self.config_table: dict[str, dict[str, str]] = {}
 
     def load(self) -> None:
-        """Read the file (or its ``.bak``) if there is one."""
+        """Read the file (or its ``.bak``) if there is one.
+
+        Raises :class:`~gateway.persist.StateFileError` when it exists but neither copy can be read, unless
+        within ``corrupt_state_files(start_empty=True)`` (``startWithCorruptStateFiles``).
+        """
         table = load_with_backup(self.path, _parse)
         if table is not None:
             self.config_table.update(table)

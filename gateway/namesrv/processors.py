@@ -13,13 +13,12 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from gateway.config import ConfigError, parse_properties
+from gateway.config import ConfigError, UpdateRefused, properties_to_string
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
     DataVersion,
     KVTable,
     RegisterBrokerBody,
-    TopicConfig,
     TopicConfigSerializeWrapper,
     TopicList,
 )
@@ -45,7 +44,7 @@ from gateway.remoting.headers import (
 )
 from gateway.remoting.message import body_crc
 
-from .config import NamesrvConfig, format_properties, update_namesrv_config
+from .config import NamesrvConfig, update_namesrv_config
 from .kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
 from .routes import RouteInfoManager
 
@@ -76,16 +75,21 @@ def decode_register_broker_body(data: bytes, compressed: bool) -> RegisterBroker
         pos += 4 + length
         return raw[pos - length : pos]
 
-    wrapper = TopicConfigSerializeWrapper(data_version=DataVersion.from_json(fastjson.loads(chunk())))
+    data_version = fastjson.loads(chunk())
     (count,) = _INT.unpack_from(raw, pos)
     pos += 4
+    keys = ("topicName", "readQueueNums", "writeQueueNums", "perm", "topicFilterType")
+    table = {}
     for _ in range(count):
         parts = chunk().decode().split(" ")
         # TopicConfig.decode ignores anything but exactly five fields.
         if len(parts) == 5:
-            name, read_q, write_q, perm, filter_type = parts
-            wrapper.topic_config_table[name] = TopicConfig(name, int(read_q), int(write_q), int(perm), filter_type)
-    return RegisterBrokerBody(wrapper, [str(s) for s in fastjson.loads(chunk()) or []])
+            table[parts[0]] = dict(zip(keys, parts, strict=True))
+    # Read as the JSON form is: the same field types and name checks.
+    wrapper = {"dataVersion": data_version, "topicConfigTable": table}
+    return RegisterBrokerBody.from_json(
+        {"topicConfigSerializeWrapper": wrapper, "filterServerList": fastjson.loads(chunk())}
+    )
 
 
 class DefaultRequestProcessor:
@@ -279,21 +283,19 @@ class DefaultRequestProcessor:
     # -- name server settings
 
     def update_config(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
-        """UPDATE_NAMESRV_CONFIG: properties text; black-listed keys get NO_PERMISSION."""
+        """UPDATE_NAMESRV_CONFIG: properties text; black-listed keys get NO_PERMISSION, unknown ones
+        INVALID_PARAMETER, and nothing changes unless every key is accepted."""
         log.info("updateConfig called by {peer}", peer=channel.peer)
         if request.body:
             try:
-                props = parse_properties(request.body.decode())
-            except UnicodeDecodeError as e:
-                return request.response(ResponseCode.SYSTEM_ERROR, f"UnsupportedEncodingException {e}")
-            if props.keys() & self.config.black_list():
-                return request.response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
-            try:
-                update_namesrv_config(self.config, props)
-            except ConfigError as e:
-                return request.response(ResponseCode.SYSTEM_ERROR, str(e))
+                update_namesrv_config(self.config, request.body)
+            except UpdateRefused as e:
+                return request.response(e.code, e.remark)
+            except (OSError, ConfigError) as e:
+                log.error("persist {path} failed: {error}", path=self.config.configStorePath, error=e)
+                return request.response(ResponseCode.SYSTEM_ERROR, "config updated but not persisted")
         return request.response()
 
     def get_config(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
-        """GET_NAMESRV_CONFIG: every setting as properties text."""
-        return request.response(body=format_properties(self.config.to_properties()).encode())
+        """GET_NAMESRV_CONFIG: every setting as Java's plain ``key=value`` lines (an answer, never written to disk)."""
+        return request.response(body=properties_to_string(self.config.to_properties()).encode())

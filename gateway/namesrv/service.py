@@ -15,6 +15,8 @@ from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTi
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.persist import corrupt_state_files
+from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
 from gateway.tls.server import TlsServer
@@ -64,7 +66,7 @@ class NamesrvController(Service):
         # BrokerHousekeepingService: a broker's routes go with its connection.
         self.dispatcher.on_channel_closed.append(self._on_channel_closed)
         # Wrap or replace before startService to serve TLS.
-        self.factory = RemotingServerFactory(self.dispatcher)
+        self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self._listening: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
@@ -79,8 +81,10 @@ class NamesrvController(Service):
         return self._listening.getHost().port
 
     def startService(self) -> None:
-        """Load the KV file, listen (raises CannotListenError), schedule the expiry scan."""
-        self.kv_config_manager.load()
+        """Load the KV file (raises StateFileError if it and its .bak are unreadable), listen (raises
+        CannotListenError), schedule the expiry scan."""
+        with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
+            self.kv_config_manager.load()
         self.tls.start()
         self._listening = self.reactor.listenTCP(
             self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress

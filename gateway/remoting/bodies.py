@@ -1,38 +1,227 @@
 """JSON bodies as typed dataclasses: ``to_json()`` gives the object fastjson would write (alphabetical
-property order, nulls omitted), ``from_json()`` reads what Java or C++ peers send."""
+property order, nulls omitted), ``from_json()`` reads what Java or C++ peers send.
+
+``from_json()`` reads each property as fastjson reads it into the Java field's type, or refuses the body
+with :class:`BodyError`: a String field takes a string, or the text of a number or boolean (``5`` -> ``"5"``);
+int and long fields take integers, decimal strings (``"12"``), booleans (1/0) and numbers with a fraction
+(truncated), within 32 or 64 bits; boolean fields take ``true``/``false``, 1/0 and those as strings (any case);
+arrays and objects must be arrays and objects; enums are names or ordinals (unknown ones read as the default).
+Missing or null properties keep the Java default. Topic and group names are checked as they are read
+(:mod:`gateway.remoting.names`), and queue counts and queue ids must not be negative.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from .codes import PermName
+from .codes import PermName, ResponseCode
+from .names import check_group, check_topic
+
+T = TypeVar("T")
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _enum(enum_cls: type[IntEnum], value: Any, default: IntEnum) -> Any:
-    # Java writes enum names; the C++ client writes ordinals.
-    if isinstance(value, str):
-        try:
-            return enum_cls[value]
-        except KeyError:
-            return default
+class BodyError(ValueError):
+    """A body property that fastjson could not read into its Java type (answered with SYSTEM_ERROR, as Java answers
+    a JSONException), or a value of the right type outside its range (answered with INVALID_PARAMETER)."""
+
+    def __init__(self, message: str, code: int = ResponseCode.SYSTEM_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
     if isinstance(value, int):
+        return "a number"
+    if isinstance(value, float):
+        return "a number" if math.isfinite(value) else "a non-finite number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return type(value).__name__
+
+
+def _bad(key: str, expected: str, value: Any) -> BodyError:
+    where = f"body field '{key}'" if key else "body"
+    return BodyError(f"{where}: expected {expected}, got {_kind(value)}")
+
+
+# The typed readers. ``key`` names the property in errors; the common case returns at the first test (HEART_BEAT
+# and LOCK_BATCH_MQ bodies are read on every call).
+
+
+def _text(value: Any, key: str) -> str:
+    """StringCodec: a string, or the literal text of an integer or boolean."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return str(value)
+    # fastjson would write an object's or array's JSON text into the String: no legitimate peer sends one.
+    raise _bad(key, "a string", value)
+
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+").fullmatch
+_JAVA_RANGE = {"int": (INT32_MIN, INT32_MAX), "long": (INT64_MIN, INT64_MAX)}
+
+
+def _whole(value: Any, key: str, java_type: str, non_negative: bool = False) -> int:
+    """IntegerCodec/LongCodec with TypeUtils.castToInt/castToLong: an integer within the Java type."""
+    if value.__class__ is int:
+        n = value
+    elif isinstance(value, bool):
+        n = int(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _bad(key, f"a Java {java_type}", value)
+        n = int(value)  # BigDecimal.intValue(): the fraction is dropped
+    elif isinstance(value, str):
+        if _DECIMAL(value) is None:
+            raise BodyError(
+                f"body field '{key}': expected a Java {java_type}, got a string that is not a decimal integer"
+            )
+        # int() refuses thousands of digits; anything past 40 is out of range for Java anyway.
+        n = int(value) if len(value) <= 40 else math.inf
+    else:
+        raise _bad(key, f"a Java {java_type}", value)
+    low, high = _JAVA_RANGE[java_type]
+    if not low <= n <= high:
+        shown = n if n != math.inf else f"a {len(value)}-character number"
+        raise BodyError(f"body field '{key}': {shown} is out of range for a Java {java_type}")
+    if non_negative and n < 0:
+        raise BodyError(f"body field '{key}': {n} must not be negative", ResponseCode.INVALID_PARAMETER)
+    return n
+
+
+def _int32(obj: dict[str, Any], key: str, default: int = 0, non_negative: bool = False) -> int:
+    """A Java ``int`` property."""
+    v = obj.get(key)
+    if v.__class__ is int and (0 if non_negative else INT32_MIN) <= v <= INT32_MAX:
+        return v
+    if v is None or v == "":  # castToInt("") is null: the field keeps its default
+        return default
+    return _whole(v, key, "int", non_negative)
+
+
+def _int64(obj: dict[str, Any], key: str, default: int = 0) -> int:
+    """A Java ``long`` property."""
+    v = obj.get(key)
+    if v.__class__ is int and INT64_MIN <= v <= INT64_MAX:
+        return v
+    if v is None or v == "":
+        return default
+    return _whole(v, key, "long")
+
+
+_FLAGS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _bool(obj: dict[str, Any], key: str, default: bool) -> bool:
+    """A Java ``boolean`` property: BooleanCodec and TypeUtils.castToBoolean, without its Y/T/F/N letters."""
+    v = obj.get(key)
+    if v is True or v is False:
+        return v
+    if v is None or v == "":
+        return default
+    if v.__class__ is int and (v == 0 or v == 1):
+        return v == 1
+    if isinstance(v, str):
+        flag = _FLAGS.get(v.lower())
+        if flag is not None:
+            return flag
+    raise _bad(key, "a boolean", v)
+
+
+def _str(obj: dict[str, Any], key: str, default: str = "") -> str:
+    """A Java ``String`` property."""
+    v = obj.get(key)
+    if v.__class__ is str:
+        return v
+    if v is None:
+        return default
+    return _text(v, key)
+
+
+def _opt_str(obj: dict[str, Any], key: str) -> str | None:
+    """A Java ``String`` property that stays null when absent."""
+    v = obj.get(key)
+    return None if v is None else _text(v, key)
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    """A JSON array (a Java List or Set); null reads as empty."""
+    if value.__class__ is list:
+        return value
+    if value is None:
+        return []
+    raise _bad(key, "an array", value)
+
+
+def _map(value: Any, key: str = "") -> dict[Any, Any]:
+    """A JSON object (a Java Map, or a bean: ``key`` empty for the body itself); null reads as empty."""
+    if isinstance(value, dict):
+        return value
+    if value is None:
+        return {}
+    raise _bad(key, "an object", value)
+
+
+def _strings(value: Any, key: str) -> list[str]:
+    """A JSON array of strings (a Java List or Set of String)."""
+    return [_text(item, key) for item in _list(value, key)]
+
+
+def _objects(value: Any, key: str) -> list[dict[str, Any]]:
+    """A JSON array of objects (a Java List or Set of beans)."""
+    return [_map(item, key) for item in _list(value, key)]
+
+
+def _table(
+    value: Any, key: str, read: Callable[[dict[str, Any]], T], check: Callable[[str], str] = str
+) -> dict[str, T]:
+    """A JSON object of beans keyed by name (a Java Map<String, bean>); ``check`` vets each key."""
+    return {check(_key(k, key)): read(_map(v, key)) for k, v in _map(value, key).items()}
+
+
+def _key(k: Any, key: str) -> str:
+    """A String map key: fastjson also reads an unquoted number as its text."""
+    if k.__class__ is str:
+        return k
+    if isinstance(k, int) and not isinstance(k, bool):
+        return str(k)
+    raise BodyError(f"body field '{key}': expected string keys, got {_kind(k)}")
+
+
+def _enum(enum_cls: type[IntEnum], obj: dict[str, Any], key: str, default: Any) -> Any:
+    # Java writes enum names; the C++ client writes ordinals. Unknown ones read as the default.
+    v = obj.get(key)
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return enum_cls.__members__.get(v, default)
+    if v.__class__ is int:
         try:
-            return enum_cls(value)
+            return enum_cls(v)
         except ValueError:
             return default
-    return default
-
-
-def _int(value: Any, default: int = 0) -> int:
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
+    raise _bad(key, f"a {enum_cls.__name__} name or ordinal", v)
 
 
 class ConsumeType(IntEnum):
@@ -55,6 +244,11 @@ class ConsumeFromWhere(IntEnum):
     CONSUME_FROM_TIMESTAMP = 5
 
 
+class TopicFilterType(IntEnum):
+    SINGLE_TAG = 0
+    MULTI_TAG = 1
+
+
 @dataclass(slots=True)
 class DataVersion:
     timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
@@ -69,8 +263,8 @@ class DataVersion:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> DataVersion:
-        obj = obj or {}
-        return cls(timestamp=_int(obj.get("timestamp")), counter=_int(obj.get("counter")))
+        obj = _map(obj)
+        return cls(timestamp=_int64(obj, "timestamp"), counter=_int64(obj, "counter"))
 
 
 @dataclass(slots=True)
@@ -96,14 +290,15 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TopicConfig:
+        obj = _map(obj)
         return cls(
-            topic_name=obj.get("topicName", ""),
-            read_queue_nums=_int(obj.get("readQueueNums"), 16),
-            write_queue_nums=_int(obj.get("writeQueueNums"), 16),
-            perm=_int(obj.get("perm"), 6),
-            topic_filter_type=obj.get("topicFilterType") or "SINGLE_TAG",
-            topic_sys_flag=_int(obj.get("topicSysFlag")),
-            order=bool(obj.get("order", False)),
+            topic_name=check_topic(_str(obj, "topicName")),
+            read_queue_nums=_int32(obj, "readQueueNums", 16, non_negative=True),
+            write_queue_nums=_int32(obj, "writeQueueNums", 16, non_negative=True),
+            perm=_int32(obj, "perm", 6),
+            topic_filter_type=_enum(TopicFilterType, obj, "topicFilterType", TopicFilterType.SINGLE_TAG).name,
+            topic_sys_flag=_int32(obj, "topicSysFlag"),
+            order=_bool(obj, "order", False),
         )
 
 
@@ -120,11 +315,12 @@ class TopicConfigSerializeWrapper:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any] | None) -> TopicConfigSerializeWrapper:
-        obj = obj or {}
-        table = obj.get("topicConfigTable") or {}
+        obj = _map(obj)
         return cls(
-            topic_config_table={str(k): TopicConfig.from_json(v) for k, v in table.items()},
-            data_version=DataVersion.from_json(obj.get("dataVersion")),
+            topic_config_table=_table(
+                obj.get("topicConfigTable"), "topicConfigTable", TopicConfig.from_json, check_topic
+            ),
+            data_version=DataVersion.from_json(_map(obj.get("dataVersion"), "dataVersion")),
         )
 
 
@@ -141,11 +337,12 @@ class RegisterBrokerBody:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RegisterBrokerBody:
+        obj = _map(obj)
         return cls(
             topic_config_serialize_wrapper=TopicConfigSerializeWrapper.from_json(
-                obj.get("topicConfigSerializeWrapper")
+                _map(obj.get("topicConfigSerializeWrapper"), "topicConfigSerializeWrapper")
             ),
-            filter_server_list=list(obj.get("filterServerList") or []),
+            filter_server_list=_strings(obj.get("filterServerList"), "filterServerList"),
         )
 
 
@@ -168,12 +365,13 @@ class QueueData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> QueueData:
+        obj = _map(obj)
         return cls(
-            broker_name=obj.get("brokerName", ""),
-            read_queue_nums=_int(obj.get("readQueueNums")),
-            write_queue_nums=_int(obj.get("writeQueueNums")),
-            perm=_int(obj.get("perm")),
-            topic_sys_flag=_int(obj.get("topicSysFlag")),
+            broker_name=_str(obj, "brokerName"),
+            read_queue_nums=_int32(obj, "readQueueNums", non_negative=True),
+            write_queue_nums=_int32(obj, "writeQueueNums", non_negative=True),
+            perm=_int32(obj, "perm"),
+            topic_sys_flag=_int32(obj, "topicSysFlag"),
         )
 
 
@@ -191,10 +389,13 @@ class BrokerData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> BrokerData:
+        obj = _map(obj)
+        addrs = _map(obj.get("brokerAddrs"), "brokerAddrs")
         return cls(
-            cluster=obj.get("cluster", ""),
-            broker_name=obj.get("brokerName", ""),
-            broker_addrs={int(k): v for k, v in (obj.get("brokerAddrs") or {}).items()},
+            cluster=_str(obj, "cluster"),
+            broker_name=_str(obj, "brokerName"),
+            # HashMap<Long, String>: fastjson reads quoted and unquoted numeric keys alike.
+            broker_addrs={_whole(k, "brokerAddrs", "long"): _text(v, "brokerAddrs") for k, v in addrs.items()},
         )
 
 
@@ -217,11 +418,15 @@ class TopicRouteData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TopicRouteData:
+        obj = _map(obj)
+        servers = _map(obj.get("filterServerTable"), "filterServerTable")
         return cls(
-            queue_datas=[QueueData.from_json(q) for q in obj.get("queueDatas") or []],
-            broker_datas=[BrokerData.from_json(b) for b in obj.get("brokerDatas") or []],
-            order_topic_conf=obj.get("orderTopicConf"),
-            filter_server_table=obj.get("filterServerTable") or {},
+            queue_datas=[QueueData.from_json(q) for q in _objects(obj.get("queueDatas"), "queueDatas")],
+            broker_datas=[BrokerData.from_json(b) for b in _objects(obj.get("brokerDatas"), "brokerDatas")],
+            order_topic_conf=_opt_str(obj, "orderTopicConf"),
+            filter_server_table={
+                _key(k, "filterServerTable"): _strings(v, "filterServerTable") for k, v in servers.items()
+            },
         )
 
 
@@ -238,9 +443,13 @@ class ClusterInfo:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ClusterInfo:
+        obj = _map(obj)
+        clusters = _map(obj.get("clusterAddrTable"), "clusterAddrTable")
         return cls(
-            broker_addr_table={k: BrokerData.from_json(v) for k, v in (obj.get("brokerAddrTable") or {}).items()},
-            cluster_addr_table={k: list(v) for k, v in (obj.get("clusterAddrTable") or {}).items()},
+            broker_addr_table=_table(obj.get("brokerAddrTable"), "brokerAddrTable", BrokerData.from_json),
+            cluster_addr_table={
+                _key(k, "clusterAddrTable"): _strings(v, "clusterAddrTable") for k, v in clusters.items()
+            },
         )
 
 
@@ -253,7 +462,8 @@ class KVTable:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> KVTable:
-        return cls(table={str(k): str(v) for k, v in (obj.get("table") or {}).items()})
+        table = _map(_map(obj).get("table"), "table")
+        return cls(table={_key(k, "table"): _text(v, "table") for k, v in table.items()})
 
 
 @dataclass(slots=True)
@@ -270,7 +480,11 @@ class TopicList:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TopicList:
-        return cls(topic_list=list(obj.get("topicList") or []), broker_addr=obj.get("brokerAddr"))
+        obj = _map(obj)
+        return cls(
+            topic_list=_strings(obj.get("topicList"), "topicList"),
+            broker_addr=_opt_str(obj, "brokerAddr"),
+        )
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -284,7 +498,12 @@ class MessageQueue:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> MessageQueue:
-        return cls(topic=obj.get("topic", ""), broker_name=obj.get("brokerName", ""), queue_id=_int(obj.get("queueId")))
+        obj = _map(obj)
+        return cls(
+            topic=check_topic(_str(obj, "topic")),
+            broker_name=_str(obj, "brokerName"),
+            queue_id=_int32(obj, "queueId", non_negative=True),
+        )
 
 
 @dataclass(slots=True)
@@ -328,14 +547,15 @@ class SubscriptionData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionData:
+        obj = _map(obj)
         return cls(
-            topic=obj.get("topic", ""),
-            sub_string=obj.get("subString") or "*",
-            tags_set=[str(t) for t in obj.get("tagsSet") or []],
-            code_set=[_int(c) for c in obj.get("codeSet") or []],
-            sub_version=_int(obj.get("subVersion")),
-            expression_type=obj.get("expressionType") or "TAG",
-            class_filter_mode=bool(obj.get("classFilterMode", False)),
+            topic=check_topic(_str(obj, "topic")),
+            sub_string=_str(obj, "subString") or "*",
+            tags_set=_strings(obj.get("tagsSet"), "tagsSet"),
+            code_set=[_whole(c, "codeSet", "int") for c in _list(obj.get("codeSet"), "codeSet")],
+            sub_version=_int64(obj, "subVersion"),  # the C++ client sends it as a string
+            expression_type=_str(obj, "expressionType") or "TAG",
+            class_filter_mode=_bool(obj, "classFilterMode", False),
         )
 
 
@@ -345,6 +565,10 @@ class ProducerData:
 
     def to_json(self) -> dict[str, Any]:
         return {"groupName": self.group_name}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ProducerData:
+        return cls(check_group(_str(_map(obj), "groupName")))
 
 
 @dataclass(slots=True)
@@ -368,15 +592,17 @@ class ConsumerData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ConsumerData:
+        obj = _map(obj)
+        subscriptions = _objects(obj.get("subscriptionDataSet"), "subscriptionDataSet")
         return cls(
-            group_name=obj.get("groupName", ""),
-            consume_type=_enum(ConsumeType, obj.get("consumeType"), ConsumeType.CONSUME_PASSIVELY),
-            message_model=_enum(MessageModel, obj.get("messageModel"), MessageModel.CLUSTERING),
+            group_name=check_group(_str(obj, "groupName")),
+            consume_type=_enum(ConsumeType, obj, "consumeType", ConsumeType.CONSUME_PASSIVELY),
+            message_model=_enum(MessageModel, obj, "messageModel", MessageModel.CLUSTERING),
             consume_from_where=_enum(
-                ConsumeFromWhere, obj.get("consumeFromWhere"), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+                ConsumeFromWhere, obj, "consumeFromWhere", ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
             ),
-            subscription_data_set=[SubscriptionData.from_json(s) for s in obj.get("subscriptionDataSet") or []],
-            unit_mode=bool(obj.get("unitMode", False)),
+            subscription_data_set=[SubscriptionData.from_json(s) for s in subscriptions],
+            unit_mode=_bool(obj, "unitMode", False),
         )
 
 
@@ -395,10 +621,43 @@ class HeartbeatData:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> HeartbeatData:
+        obj = _map(obj)
         return cls(
-            client_id=obj.get("clientID", ""),
-            producer_data_set=[ProducerData(p.get("groupName", "")) for p in obj.get("producerDataSet") or []],
-            consumer_data_set=[ConsumerData.from_json(c) for c in obj.get("consumerDataSet") or []],
+            client_id=_str(obj, "clientID"),
+            producer_data_set=[
+                ProducerData.from_json(p) for p in _objects(obj.get("producerDataSet"), "producerDataSet")
+            ],
+            consumer_data_set=[
+                ConsumerData.from_json(c) for c in _objects(obj.get("consumerDataSet"), "consumerDataSet")
+            ],
+        )
+
+
+@dataclass(slots=True)
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG (46): a consumer about to start asks whether its subscription works here."""
+
+    client_id: str = ""
+    group: str = ""
+    subscription_data: SubscriptionData | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"clientId": self.client_id, "group": self.group}
+        if self.subscription_data is not None:
+            out["subscriptionData"] = self.subscription_data.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CheckClientRequestBody:
+        obj = _map(obj)
+        group = _str(obj, "group")
+        subscription = obj.get("subscriptionData")
+        return cls(
+            client_id=_str(obj, "clientId"),
+            group=check_group(group) if group else group,
+            subscription_data=SubscriptionData.from_json(_map(subscription, "subscriptionData"))
+            if subscription
+            else None,
         )
 
 
@@ -429,16 +688,42 @@ class SubscriptionGroupConfig:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
+        obj = _map(obj)
         return cls(
-            group_name=obj.get("groupName", ""),
-            consume_enable=bool(obj.get("consumeEnable", True)),
-            consume_from_min_enable=bool(obj.get("consumeFromMinEnable", True)),
-            consume_broadcast_enable=bool(obj.get("consumeBroadcastEnable", True)),
-            retry_queue_nums=_int(obj.get("retryQueueNums"), 1),
-            retry_max_times=_int(obj.get("retryMaxTimes"), 16),
-            broker_id=_int(obj.get("brokerId")),
-            which_broker_when_consume_slowly=_int(obj.get("whichBrokerWhenConsumeSlowly"), 1),
-            notify_consumer_ids_changed_enable=bool(obj.get("notifyConsumerIdsChangedEnable", True)),
+            group_name=check_group(_str(obj, "groupName")),
+            consume_enable=_bool(obj, "consumeEnable", True),
+            consume_from_min_enable=_bool(obj, "consumeFromMinEnable", True),
+            consume_broadcast_enable=_bool(obj, "consumeBroadcastEnable", True),
+            retry_queue_nums=_int32(obj, "retryQueueNums", 1, non_negative=True),
+            retry_max_times=_int32(obj, "retryMaxTimes", 16),
+            broker_id=_int64(obj, "brokerId"),
+            which_broker_when_consume_slowly=_int64(obj, "whichBrokerWhenConsumeSlowly", 1),
+            notify_consumer_ids_changed_enable=_bool(obj, "notifyConsumerIdsChangedEnable", True),
+        )
+
+
+@dataclass(slots=True)
+class SubscriptionGroupWrapper:
+    """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) body, and subscriptionGroup.json."""
+
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = field(default_factory=dict)
+    data_version: DataVersion = field(default_factory=DataVersion)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "subscriptionGroupTable": {k: v.to_json() for k, v in self.subscription_group_table.items()},
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any] | None) -> SubscriptionGroupWrapper:
+        obj = _map(obj)
+        table = obj.get("subscriptionGroupTable")
+        return cls(
+            subscription_group_table=_table(
+                table, "subscriptionGroupTable", SubscriptionGroupConfig.from_json, check_group
+            ),
+            data_version=DataVersion.from_json(_map(obj.get("dataVersion"), "dataVersion")),
         )
 
 
@@ -460,10 +745,11 @@ class LockBatchRequestBody:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> LockBatchRequestBody:
+        obj = _map(obj)
         return cls(
-            consumer_group=obj.get("consumerGroup") or "",
-            client_id=obj.get("clientId") or "",
-            mq_set=[MessageQueue.from_json(mq) for mq in obj.get("mqSet") or []],
+            consumer_group=check_group(_str(obj, "consumerGroup")),
+            client_id=_str(obj, "clientId"),
+            mq_set=[MessageQueue.from_json(mq) for mq in _objects(obj.get("mqSet"), "mqSet")],
         )
 
 
@@ -476,4 +762,4 @@ class LockBatchResponseBody:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> LockBatchResponseBody:
-        return cls([MessageQueue.from_json(mq) for mq in obj.get("lockOKMQSet") or []])
+        return cls([MessageQueue.from_json(mq) for mq in _objects(_map(obj).get("lockOKMQSet"), "lockOKMQSet")])

@@ -223,6 +223,10 @@ class FrameDecoder:
         """Bytes held for a frame not yet complete."""
         return len(self._buf)
 
+    def clear(self) -> None:
+        """Drop a partial frame and free its memory now (the connection is being closed)."""
+        self._buf = bytearray()
+
     def feed(self, data: bytes) -> list[RemotingCommand]:
         buf = self._buf
         buf += data

@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
+from .bodies import BodyError
 from .codes import ResponseCode
 from .command import RemotingCommand
+from .fastjson import FastJsonError
 from .headers import HeaderError
 from .names import InvalidNameError
 
@@ -87,6 +89,10 @@ class RequestDispatcher:
             response = request.response(ResponseCode.INVALID_PARAMETER, str(e))
         except HeaderError as e:
             response = request.response(ResponseCode.SYSTEM_ERROR, f"RemotingCommandException: {e}")
+        except BodyError as e:  # a body property of the wrong type (Java: fastjson's JSONException) or out of range
+            response = request.response(e.code, str(e))
+        except FastJsonError as e:
+            response = request.response(ResponseCode.SYSTEM_ERROR, f"body is not JSON: {e}")
         except Exception as e:
             log.failure("processor failed for request code {code}", code=request.code)
             response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(e))

@@ -8,9 +8,13 @@ as Java does. Object keys come back as :class:`FrozenDict` (hashable).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
+
+_INTEGER = re.compile(r"-?[0-9]+").fullmatch
+_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?").fullmatch
 
 
 class FastJsonError(ValueError):
@@ -151,14 +155,15 @@ class _Parser:
             return False
         if token == "null":
             return None
-        try:
-            return int(token)
-        except ValueError:
-            pass
-        try:
-            return float(token)
-        except ValueError:
-            raise FastJsonError(f"bad token {token!r}") from None
+        # Only JSON's number forms: Python's int()/float() would also take 1_000, nan and Infinity.
+        if _NUMBER(token) is None:
+            raise FastJsonError(f"bad token {token[:40]!r}")
+        if _INTEGER(token) is not None:
+            try:
+                return int(token)
+            except ValueError:  # more digits than int() converts: read as a (huge) float, as orjson does
+                pass
+        return float(token)
 
 
 def dumps(obj: Any) -> bytes:

@@ -3,6 +3,9 @@
 Requests from the peer go to a :class:`~gateway.remoting.dispatch.RequestDispatcher`; responses
 resolve the Deferred of the request with the same ``opaque`` (the AMP ``BoxDispatcher`` pattern).
 Every pending request fails when the connection is lost. A malformed frame closes the connection.
+A server's connections charge the bytes they hold (a partial frame, replies the peer is not reading)
+to the server's :class:`~gateway.remoting.budget.MemoryBudget`, which closes the newest of them when
+the total passes its cap.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 from zope.interface import implementer
 
+from .budget import MemoryBudget
 from .codec import FrameDecoder, ProtocolError, encode_parts
 from .codes import RPC_ONEWAY
 from .command import RemotingCommand
@@ -38,11 +42,16 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     """A remoting connection (server or client side).
 
     With ``idle_timeout`` (seconds) a connection that reads nothing for that long is closed, as
-    Java's IdleStateHandler does (``serverChannelMaxIdleTimeSeconds``, 120 s).
+    Java's IdleStateHandler does (``serverChannelMaxIdleTimeSeconds``, 120 s). With ``budget`` (servers)
+    the connection charges what it holds to it and is closed when the budget sheds it.
     """
 
     def __init__(
-        self, dispatcher: RequestDispatcher | None = None, clock: Any = None, idle_timeout: float | None = None
+        self,
+        dispatcher: RequestDispatcher | None = None,
+        clock: Any = None,
+        idle_timeout: float | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.clock = clock
@@ -56,6 +65,12 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         # Free-form per-connection state for services (client id, ACL identity...).
         self.attributes: dict[str, Any] = {}
         self.factory: Any = None
+        self.budget = budget
+        # Charged to the budget: the decoder's partial frame, and replies written while the transport's
+        # buffer was full (Twisted pauses us past its bufferSize, 64 KiB, and resumes us once it drained).
+        self._partial = 0
+        self._unsent = 0
+        self._paused = False
 
     # -- connection lifecycle
 
@@ -82,6 +97,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     def connectionLost(self, reason: Any = None) -> None:
         self.connected_ = False
         self.setTimeout(None)
+        self._release()
         pending, self.pending = self.pending, {}
         for d in pending.values():
             d.errback(error.ConnectionLost(f"connection to {self.peer} lost"))
@@ -93,9 +109,15 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     # -- IPushProducer: the transport tells us when its write buffer is full
 
     def pauseProducing(self) -> None:
+        self._paused = True
         self.transport.pauseProducing()
 
     def resumeProducing(self) -> None:
+        self._paused = False
+        if self._unsent and self.budget is not None:
+            # Everything written has left the process.
+            self.budget.give_back(self._unsent)
+            self._unsent = 0
         self.transport.resumeProducing()
 
     def stopProducing(self) -> None:
@@ -116,6 +138,15 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             log.warn("closing {peer}: {error}", peer=self.peer, error=e)
             self.transport.abortConnection()
             return
+        budget = self.budget
+        if budget is not None:
+            partial = self.decoder.buffered
+            if partial != self._partial:
+                delta = partial - self._partial
+                self._partial = partial
+                budget.charge(delta)
+                if not self.connected_:
+                    return  # evicted: its complete frames would get no answer
         for cmd in commands:
             if cmd.is_response:
                 d = self.pending.pop(cmd.opaque, None)
@@ -131,7 +162,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     def send_command(self, cmd: RemotingCommand) -> None:
         """Write a command (a response, or a request whose opaque is set)."""
         if self.connected_:
-            self.transport.writeSequence(encode_parts(cmd))
+            self._write(encode_parts(cmd))
 
     def invoke(self, request: RemotingCommand, timeout: float = 3.0) -> Deferred[RemotingCommand]:
         """Send a request and get a Deferred of its response (RemotingTimeoutError on timeout)."""
@@ -143,7 +174,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         d: Deferred[RemotingCommand] = Deferred(lambda _d: self.pending.pop(opaque, None))
         self.pending[opaque] = d
         d.addTimeout(timeout, self.clock, onTimeoutCancel=_on_timeout(self.peer, request.code, timeout))
-        self.transport.writeSequence(encode_parts(request))
+        self._write(encode_parts(request))
         return d
 
     def invoke_oneway(self, request: RemotingCommand) -> None:
@@ -151,6 +182,41 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         request.opaque = next(_opaque_counter) & 0x7FFFFFFF
         request.flag |= RPC_ONEWAY
         self.send_command(request)
+
+    def _write(self, parts: list[bytes]) -> None:
+        self.transport.writeSequence(parts)
+        if self._paused and self.budget is not None:
+            # The transport's buffer is full (maybe with this very frame): it waits in our memory.
+            size = sum(map(len, parts))
+            self._unsent += size
+            self.budget.charge(size)
+
+    # -- memory budget
+
+    @property
+    def held(self) -> int:
+        """Bytes charged to the server's memory budget: a partial frame and replies not yet sent."""
+        return self._partial + self._unsent
+
+    def evict(self) -> None:
+        """Drop what this connection holds and close it at once: its server is over its memory budget."""
+        log.warn(
+            "closing {peer}: the server's connections hold more than remotingMaxBufferedBytes={limit} bytes;"
+            " this one held {partial} bytes of an incomplete frame and {unsent} of unsent replies",
+            peer=self.peer,
+            limit=self.budget.limit if self.budget is not None else None,
+            partial=self._partial,
+            unsent=self._unsent,
+        )
+        self._release()
+        self.decoder.clear()
+        self.connected_ = False
+        self.transport.abortConnection()
+
+    def _release(self) -> None:
+        if self.budget is not None and (self._partial or self._unsent):
+            self.budget.give_back(self._partial + self._unsent)
+            self._partial = self._unsent = 0
 
     def close(self) -> None:
         if self.transport is not None:
@@ -173,21 +239,30 @@ def _failed(exc: Exception) -> Deferred[Any]:
 
 
 class RemotingServerFactory(Factory):
-    """Server connections that share one dispatcher."""
+    """Server connections that share one dispatcher and one memory budget.
+
+    Without ``budget`` the factory has one of its own (``DEFAULT_MAX_BUFFERED_BYTES``); factories of
+    one server (the broker's port and its VIP port) pass the same one.
+    """
 
     noisy = False
 
-    def __init__(self, dispatcher: RequestDispatcher, idle_timeout: float | None = 120.0) -> None:
+    def __init__(
+        self, dispatcher: RequestDispatcher, idle_timeout: float | None = 120.0, budget: MemoryBudget | None = None
+    ) -> None:
         self.dispatcher = dispatcher
         self.idle_timeout = idle_timeout
+        self.budget = budget if budget is not None else MemoryBudget()
         self.channels: set[RemotingProtocol] = set()
         self._closing: dict[RemotingProtocol, Deferred[None]] = {}
 
     def opened(self, channel: RemotingProtocol) -> None:
         self.channels.add(channel)
+        self.budget.join(channel)
 
     def closed(self, channel: RemotingProtocol) -> None:
         self.channels.discard(channel)
+        self.budget.leave(channel)
         d = self._closing.pop(channel, None)
         if d is not None:
             d.callback(None)
@@ -203,6 +278,6 @@ class RemotingServerFactory(Factory):
         return DeferredList(waits, consumeErrors=True)
 
     def buildProtocol(self, addr: Any) -> RemotingProtocol:
-        p = RemotingProtocol(self.dispatcher, idle_timeout=self.idle_timeout)
+        p = RemotingProtocol(self.dispatcher, idle_timeout=self.idle_timeout, budget=self.budget)
         p.factory = self
         return p

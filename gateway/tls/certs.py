@@ -17,6 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from gateway.config import format_properties
+
 PrivateKey = ec.EllipticCurvePrivateKey
 
 
@@ -186,5 +188,5 @@ def write_dev_pki(
         ("tls-server.properties", pki.server_properties(key_password)),
         ("tls-client.properties", pki.client_properties(key_password)),
     ):
-        (out / name).write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (out / name).write_text(format_properties(props))
     return pki

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, UpdateRefused, load_properties, properties_to_string
 from gateway.namesrv.__main__ import main
 from gateway.namesrv.config import (
     NamesrvConfig,
-    format_properties,
     load_namesrv_config,
     update_namesrv_config,
 )
+from gateway.remoting.codes import ResponseCode
 
 
 def test_defaults_are_rocketmqs(monkeypatch, tmp_path):
@@ -68,14 +68,87 @@ def test_update_validates_first_and_persists_keeping_unknown_keys(tmp_path):
     path.write_text("tls.server.mode=enforcing\nlistenPort=9999\n")
     config = load_namesrv_config(path)
     with pytest.raises(ConfigError, match="scanNotActiveBrokerInterval"):
-        update_namesrv_config(config, {"orderMessageEnable": "true", "scanNotActiveBrokerInterval": "soon"})
+        update_namesrv_config(config, b"orderMessageEnable=true\nscanNotActiveBrokerInterval=soon\n")
     assert config.orderMessageEnable is False
-    update_namesrv_config(config, {"orderMessageEnable": "true"})
+    update_namesrv_config(config, b"orderMessageEnable=true")
     assert config.orderMessageEnable is True
     saved = path.read_text()
     assert "orderMessageEnable=true\n" in saved and "tls.server.mode=enforcing\n" in saved
     assert "listenPort=9999\n" in saved
 
 
-def test_format_properties_is_sorted_lines():
-    assert format_properties({"b": "2", "a": "1"}) == "a=1\nb=2\n"
+BLACK_LISTED = [
+    "configBlackList",
+    "configStorePath",
+    "kvConfigPath",
+    "rocketmqHome",
+    "listenPort",
+    "bindAddress",
+    "startWithCorruptStateFiles",
+    "tls.server.mode",
+    "tls.test.mode.enable",
+    "tls.config.file",
+    "rocketmq.acl.plain.file",
+    "someFuturePath",
+    "logDir",
+]
+
+
+@pytest.mark.parametrize("key", BLACK_LISTED)
+def test_update_refuses_black_listed_keys_and_changes_nothing(tmp_path, key):
+    path = tmp_path / "namesrv.properties"
+    path.write_text("listenPort=9999\n")
+    config = load_namesrv_config(path)
+    before = (config.to_properties(), path.read_bytes())
+    with pytest.raises(UpdateRefused) as refused:
+        update_namesrv_config(config, f"orderMessageEnable=true\n{key}=/tmp/x\n".encode())
+    assert (refused.value.code, refused.value.remark) == (
+        ResponseCode.NO_PERMISSION,
+        "Can not update config in black list.",
+    )
+    assert (config.to_properties(), path.read_bytes()) == before
+
+
+def test_configured_black_list_adds_keys(tmp_path):
+    config = NamesrvConfig(configStorePath=str(tmp_path / "n.properties"), configBlackList="orderMessageEnable")
+    with pytest.raises(UpdateRefused, match="black list"):
+        update_namesrv_config(config, b"orderMessageEnable=true")
+    # The fixed keys stay refused even when configBlackList leaves them out.
+    with pytest.raises(UpdateRefused, match="black list"):
+        update_namesrv_config(config, b"kvConfigPath=/tmp/kv.json")
+
+
+def test_update_refuses_unknown_keys_naming_them(tmp_path):
+    config = NamesrvConfig(configStorePath=str(tmp_path / "n.properties"))
+    with pytest.raises(UpdateRefused) as refused:
+        update_namesrv_config(config, b"orderMessageEnable=true\nnoSuchKey=1\n")
+    assert refused.value.code == ResponseCode.INVALID_PARAMETER
+    assert refused.value.remark == "Can not update unknown config: 'noSuchKey'."
+    assert config.orderMessageEnable is False and not (tmp_path / "n.properties").exists()
+
+
+def test_update_refuses_malformed_and_oversized_bodies(tmp_path):
+    config = NamesrvConfig(configStorePath=str(tmp_path / "n.properties"))
+    with pytest.raises(UpdateRefused, match="string2Properties error") as refused:
+        update_namesrv_config(config, b"productEnvName=\\u00zz")
+    assert refused.value.code == ResponseCode.SYSTEM_ERROR
+    with pytest.raises(UpdateRefused, match="over 16384 bytes"):
+        update_namesrv_config(config, b"productEnvName=" + b"x" * 16384)
+    assert config.productEnvName == "center"
+
+
+def test_persisted_values_keep_newlines_and_separators(tmp_path):
+    path = tmp_path / "namesrv.properties"
+    path.write_text("listenPort=9999\n")
+    config = load_namesrv_config(path)
+    update_namesrv_config(config, rb"productEnvName=x\nkvConfigPath=/tmp/p/kv.json\r\ntls.server.mode=disabled\\")
+    hostile = "x\nkvConfigPath=/tmp/p/kv.json\r\ntls.server.mode=disabled\\"
+    assert config.productEnvName == hostile
+    assert load_properties(path).keys() == config.to_properties().keys()  # no key was added
+    again = load_namesrv_config(path)
+    assert (again.productEnvName, again.kvConfigPath) == (hostile, config.kvConfigPath)
+
+
+def test_properties_to_string_is_sorted_plain_lines():
+    # MixAll.properties2String: GET_NAMESRV_CONFIG's body, never a file.
+    assert properties_to_string({"b": "2", "a": "1=x"}) == "a=1=x\nb=2\n"

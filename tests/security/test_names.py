@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 
+from gateway.broker.config import load_broker_config
+from gateway.config import ConfigError
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -248,3 +250,12 @@ async def test_namesrv_refuses_hostile_topics(namesrv, addr: str) -> None:
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
     finally:
         await client.close()
+
+
+def test_broker_and_cluster_names_are_checked_at_load(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=../b\n")
+    with pytest.raises(ConfigError, match=r"broker.conf: key brokerName: .*illegal characters"):
+        load_broker_config(str(conf))
+    with pytest.raises(ConfigError, match="command line: key brokerClusterName"):
+        load_broker_config(None, {"brokerClusterName": "a b"})

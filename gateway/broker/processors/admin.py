@@ -305,9 +305,7 @@ class AdminBrokerProcessor:
     ) -> RemotingCommand:
         if self.broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
-        cfg = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))
-        if not cfg.group_name:
-            return request.response(ResponseCode.SYSTEM_ERROR, "groupName is blank")
+        cfg = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))  # checks groupName and field types
         limit = self.broker.config.maxTopicQueueNums
         if not 0 <= cfg.retry_queue_nums <= limit:
             return request.response(

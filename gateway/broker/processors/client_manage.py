@@ -8,7 +8,7 @@ from twisted.logger import Logger
 
 from gateway.filter import FilterError, compile_expression, is_tag_type
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import HeartbeatData, SubscriptionData
+from gateway.remoting.bodies import CheckClientRequestBody, HeartbeatData
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import UnregisterClientRequestHeader
@@ -83,10 +83,10 @@ class ClientManageProcessor:
 
     def check_client_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         """A consumer about to start asks whether its subscription's expression works here."""
-        body = fastjson.loads(request.body) if request.body else {}
-        if not body.get("subscriptionData"):
+        body = CheckClientRequestBody.from_json(fastjson.loads(request.body) if request.body else {})
+        sub = body.subscription_data
+        if sub is None:
             return request.response(ResponseCode.SUCCESS)
-        sub = SubscriptionData.from_json(body["subscriptionData"])
         if is_tag_type(sub.expression_type):
             return request.response(ResponseCode.SUCCESS)
         if not self.broker.config.enablePropertyFilter:
@@ -99,8 +99,8 @@ class ClientManageProcessor:
         except FilterError as e:
             log.warn(
                 "Client {client}@{group} filter message, but failed to compile expression! sub={sub}, error={error}",
-                client=body.get("clientId"),
-                group=body.get("group"),
+                client=body.client_id,
+                group=body.group,
                 sub=sub.sub_string,
                 error=e,
             )
