@@ -11,7 +11,13 @@ from twisted.logger import Logger
 
 from gateway.persist import load_with_backup, write_atomically
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import DataVersion, SubscriptionGroupConfig, TopicConfig, TopicConfigSerializeWrapper
+from gateway.remoting.bodies import (
+    DataVersion,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+)
 from gateway.remoting.codes import PermName
 from gateway.remoting.names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -21,6 +27,8 @@ from gateway.remoting.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    check_group,
+    check_topic,
 )
 
 from .config import BrokerConfig
@@ -29,6 +37,24 @@ log = Logger()
 
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def _parse_offsets(data: bytes) -> dict[str, dict[int, int]]:
+    """consumerOffset.json's table, every key a legal ``topic@group`` and every offset an int (else it raises,
+    and the loader reports the file)."""
+    table = {}
+    for key, queues in (fastjson.loads(data).get("offsetTable") or {}).items():
+        topic, _, group = str(key).rpartition("@")
+        check_topic(topic)
+        check_group(group)
+        table[f"{topic}@{group}"] = {_whole(q): _whole(o) for q, o in queues.items()}
+    return table
+
+
+def _whole(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise ValueError(f"not an integer: {v!r}")
+    return int(v)
 
 
 def _pretty(obj: Any) -> bytes:
@@ -148,10 +174,9 @@ class ConsumerOffsetManager:
         self._dirty = False
 
     def load(self) -> None:
-        obj = load_with_backup(self.path, fastjson.loads)
-        if obj:
-            for key, queues in (obj.get("offsetTable") or {}).items():
-                self.offset_table[str(key)] = {int(q): int(o) for q, o in queues.items()}
+        table = load_with_backup(self.path, _parse_offsets)
+        if table:
+            self.offset_table.update(table)
 
     def persist(self) -> None:
         write_atomically(self.path, fastjson.dumps({"offsetTable": self.offset_table}))
@@ -209,11 +234,10 @@ class SubscriptionGroupManager:
             self.table[group] = SubscriptionGroupConfig(group)
 
     def load(self) -> None:
-        obj = load_with_backup(self.path, fastjson.loads)
-        if obj:
-            for name, cfg in (obj.get("subscriptionGroupTable") or {}).items():
-                self.table[str(name)] = SubscriptionGroupConfig.from_json(cfg)
-            self.data_version = DataVersion.from_json(obj.get("dataVersion"))
+        wrapper = load_with_backup(self.path, lambda b: SubscriptionGroupWrapper.from_json(fastjson.loads(b)))
+        if wrapper is not None:
+            self.table.update(wrapper.subscription_group_table)
+            self.data_version = wrapper.data_version
 
     def persist(self) -> None:
         write_atomically(

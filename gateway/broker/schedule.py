@@ -97,8 +97,7 @@ class ScheduleMessageService:
 
     def load(self) -> None:
         """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
-        obj = load_with_backup(self.path, fastjson.loads) or {}
-        self.offset_table = {int(k): int(v) for k, v in (obj.get("offsetTable") or {}).items()}
+        self.offset_table = load_with_backup(self.path, _parse_delay_offsets) or {}
         store = self.broker.store
         for level, offset in list(self.offset_table.items()):
             qid = level - 1
@@ -173,3 +172,8 @@ class ScheduleMessageService:
         if not result.ok:
             log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok
+
+
+def _parse_delay_offsets(data: bytes) -> dict[int, int]:
+    """delayOffset.json: delay level → offset in its schedule queue (a malformed file raises, and is reported)."""
+    return {int(k): int(v) for k, v in (fastjson.loads(data).get("offsetTable") or {}).items()}

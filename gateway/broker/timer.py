@@ -54,9 +54,9 @@ class TimerMessageService:
         self.broker.topics.create_topic_in_send_message_back_method(
             TIMER_TOPIC, 1, PermName.PERM_READ | PermName.PERM_WRITE
         )
-        obj = load_with_backup(self.path, fastjson.loads) or {}
-        self.commit_offset = self.read_offset = int(obj.get("commitOffset") or 0)
-        self.delivered = {int(o) for o in obj.get("delivered") or () if int(o) >= self.commit_offset}
+        self.commit_offset, delivered = load_with_backup(self.path, _parse_timer_offsets) or (0, set())
+        self.read_offset = self.commit_offset
+        self.delivered = {o for o in delivered if o >= self.commit_offset}
         self.pending = []
 
     def persist(self) -> None:
@@ -139,3 +139,9 @@ class TimerMessageService:
         if not result.ok:
             log.warn("timer message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok
+
+
+def _parse_timer_offsets(data: bytes) -> tuple[int, set[int]]:
+    """timerOffset.json: the commit offset and the offsets delivered past it (a malformed file raises)."""
+    obj = fastjson.loads(data)
+    return int(obj.get("commitOffset") or 0), {int(o) for o in obj.get("delivered") or ()}

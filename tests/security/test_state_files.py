@@ -112,6 +112,25 @@ async def test_broker_refuses_to_start_then_starts_empty_on_request(make_broker,
         await broker.stop()
 
 
+# Valid JSON of the wrong shape, or with a name that breaks the rules: the file is reported, not half-loaded.
+WRONG_SHAPE = {
+    "consumerOffset.json": b'{"offsetTable":{"T@g":{"0":[1]}}}',
+    "topics.json": b'{"topicConfigTable":{"../x":{"topicName":"../x"}}}',
+    "subscriptionGroup.json": b'{"subscriptionGroupTable":{"g":{"groupName":{"a":1}}}}',
+    "delayOffset.json": b'{"offsetTable":5}',
+    "timerOffset.json": b'{"commitOffset":"x"}',
+}
+
+
+@pytest.mark.parametrize("name", STATE_FILES)
+def test_broker_refuses_a_state_file_of_the_wrong_shape(make_broker, tmp_path, name):
+    config_dir = tmp_path / "store" / "config"
+    config_dir.mkdir(parents=True)
+    (config_dir / name).write_bytes(WRONG_SHAPE[name])
+    with pytest.raises(StateFileError, match=re.escape(f"cannot load {name}: {config_dir / name} is corrupt")):
+        make_broker().start()
+
+
 def test_mqbroker_prints_one_line_naming_the_file_and_exits_1(tmp_path: Path) -> None:
     config_dir = tmp_path / "store" / "config"
     config_dir.mkdir(parents=True)
