@@ -75,6 +75,7 @@ _FIXED_BLACK_LIST = frozenset(
         "listenPort",
         "bindAddress",
         "startWithCorruptStateFiles",
+        "remotingMaxBufferedBytes",
     }
 )
 

@@ -184,6 +184,8 @@ BROKER_BLACK_LIST = [
     "bindAddress",
     "haListenPort",
     "startWithCorruptStateFiles",
+    "remotingMaxBufferedBytes",
+    "maxOpenMappedFiles",
     "tls.server.mode",
     "tls.server.keyPath",
     "rocketmq.acl.plain.file",

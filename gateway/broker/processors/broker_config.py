@@ -32,7 +32,7 @@ log = Logger()
 
 # AdminBrokerProcessor.initConfigBlackList's fixed keys; the listener: it cannot move while running, and the
 # address registered with the NameServers is built from it, so a change would send clients to a dead port; and
-# the start-up-only switch an operator sets on purpose.
+# the start-up-only settings (a remote change would only surprise the next start).
 FIXED_BLACK_LIST = frozenset(
     {
         "brokerConfigPath",
@@ -42,6 +42,8 @@ FIXED_BLACK_LIST = frozenset(
         "bindAddress",
         "haListenPort",
         "startWithCorruptStateFiles",
+        "remotingMaxBufferedBytes",
+        "maxOpenMappedFiles",
     }
 )
 
