@@ -31,13 +31,14 @@ class ConsumerFilterData:
 
 
 class ConsumerFilterManager:
-    """(topic, group) → the group's compiled expression for that topic."""
+    """group → topic → the group's compiled expression for that topic."""
 
     def __init__(self) -> None:
-        self.table: dict[tuple[str, str], ConsumerFilterData] = {}
+        # By group first: a heartbeat touches only its own groups' entries, however many groups there are.
+        self.table: dict[str, dict[str, ConsumerFilterData]] = {}
 
     def get(self, topic: str, group: str) -> ConsumerFilterData | None:
-        return self.table.get((topic, group))
+        return self.table.get(group, {}).get(topic)
 
     def register(self, group: str, subs: list[SubscriptionData]) -> None:
         """A heartbeat's subscriptions for ``group``; topics it no longer lists lose their filter."""
@@ -46,12 +47,16 @@ class ConsumerFilterManager:
             listed.add(sub.topic)
             if not is_tag_type(sub.expression_type) and sub.sub_string:
                 self._register(group, sub)
-        for key in [k for k in self.table if k[1] == group and k[0] not in listed]:
-            del self.table[key]
+        filters = self.table.get(group)
+        if filters is None:
+            return
+        for topic in [t for t in filters if t not in listed]:
+            del filters[topic]
+        if not filters:
+            del self.table[group]
 
     def _register(self, group: str, sub: SubscriptionData) -> None:
-        key = (sub.topic, group)
-        old = self.table.get(key)
+        old = self.get(sub.topic, group)
         if old is not None:
             if sub.sub_version <= old.client_version:
                 return
@@ -69,9 +74,9 @@ class ConsumerFilterManager:
                 error=e,
             )
             # A changed expression that does not compile drops the old one: pulls then report the error.
-            self.table.pop(key, None)
+            self.table.get(group, {}).pop(sub.topic, None)
             return
-        self.table[key] = ConsumerFilterData(
+        self.table.setdefault(group, {})[sub.topic] = ConsumerFilterData(
             sub.topic, group, sub.sub_string, sub.expression_type, sub.sub_version, compiled
         )
 

@@ -17,6 +17,7 @@ from twisted.logger import Logger
 
 from gateway.acl.broker_acl import BrokerAcl
 from gateway.persist import StateFileError, corrupt_state_files
+from gateway.remoting.bodies import TopicConfig
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode
@@ -78,9 +79,13 @@ class BrokerController(service.Service):
         self.store_config = store_config
         config_dir = Path(store_config.storePathRootDir) / "config"
         self.store = DefaultMessageStore(store_config)
-        self.topics = TopicConfigManager(config, config_dir, on_change=lambda tc: self._topic_changed())
+        # Config files are written off the reactor, a burst of changes at a time.
+        pool = reactor.getThreadPool()
+        self.topics = TopicConfigManager(
+            config, config_dir, on_change=self._topic_changed, clock=reactor, threadpool=pool
+        )
         self.offsets = ConsumerOffsetManager(config_dir)
-        self.groups = SubscriptionGroupManager(config, config_dir)
+        self.groups = SubscriptionGroupManager(config, config_dir, clock=reactor, threadpool=pool)
         self.consumers = ConsumerManager(on_consumer_ids_changed=self._notify_consumer_ids_changed)
         self.producers = ProducerManager()
         self.consumer_filters = ConsumerFilterManager()
@@ -220,6 +225,7 @@ class BrokerController(service.Service):
             if loop.running:
                 loop.stop()
         self._loops.clear()
+        self.registration.stop()
         yield self.registration.unregister_all()
         yield self.namesrv_client.close()
         for port in self.ports:
@@ -233,6 +239,7 @@ class BrokerController(service.Service):
             yield self.clean_service.stop()
         if self.flush_service is not None:
             yield self.flush_service.stop()
+        yield defer.gatherResults([self.topics.file.flush(), self.groups.file.flush()])
         self.offsets.persist()
         self._persist_delivery_offsets()
         self.store.shutdown()
@@ -290,9 +297,20 @@ class BrokerController(service.Service):
     def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
         self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
 
-    def _topic_changed(self) -> None:
+    def answer_once_registered(self, topics_version: int, response: Any) -> Any:
+        """``response``, or once the NameServers know the topics created since ``topics_version`` (the topic
+        table's data version counter when the request arrived). Apache registers a topic it creates (through
+        TBW102, retry and DLQ topics) before answering the request that created it, so the client finds the
+        route at once; requests of one reactor turn share one registration."""
+        if self.topics.data_version.counter == topics_version or not self.running:
+            return response
+        d = self.registration.topics_registered()
+        d.addErrback(lambda f: log.failure("registering new topics failed", f))
+        return d.addCallback(lambda _: response)
+
+    def _topic_changed(self, tc: TopicConfig) -> None:
         if self.running:
-            self.registration.register_all()
+            self.registration.topics_changed(tc.topic_name)
 
     def _notify_consumer_ids_changed(self, group: str, channels: list[RemotingProtocol]) -> None:
         for ch in channels:

@@ -7,7 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from twisted.internet import defer
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
 
 from gateway.persist import load_with_backup, write_atomically
 from gateway.remoting import fastjson
@@ -31,9 +35,11 @@ from gateway.remoting.names import (
     check_topic,
 )
 
+from .coalesce import Coalescer
 from .config import BrokerConfig
 
 log = Logger()
+
 
 def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
@@ -61,15 +67,95 @@ def _pretty(obj: Any) -> bytes:
     return orjson.dumps(obj, option=orjson.OPT_INDENT_2)
 
 
-class TopicConfigManager:
+# Changes within this many seconds share one write of their file.
+PERSIST_DELAY = 0.1
+
+
+class ConfigFile:
+    """One table's file, written as the table changes.
+
+    Without a clock (tools, tests) every change is written at once. With one (the broker) a change only asks
+    for a write within ``PERSIST_DELAY``, so a burst of changes (a flood of new groups or topics) costs one
+    write, not one fsync each; writes never overlap and each renders the table when it starts, so the last
+    state always reaches the disk. With a thread pool the write and its fsyncs run there, off the reactor.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        render: Callable[[], bytes],
+        clock: IReactorTime | None = None,
+        threadpool: ThreadPool | None = None,
+    ) -> None:
+        self.path = path
+        self.render = render
+        self.clock = clock
+        self.threadpool = threadpool
+        self._writes = None if clock is None else Coalescer(clock, self._write, PERSIST_DELAY, f"writing {path}")
+
+    def changed(self) -> None:
+        """The table changed: write it now, or soon."""
+        if self._writes is None:
+            self.write_now()
+        else:
+            self._writes.request()
+
+    def flush(self) -> defer.Deferred[None]:
+        """Fires once every change so far is on disk (the write starts in the next reactor turn)."""
+        if self._writes is None:
+            return defer.succeed(None)
+        return self._writes.flush()
+
+    def write_now(self) -> None:
+        """Write on this thread (at start, before anything else can write)."""
+        write_atomically(self.path, self.render())
+
+    def _write(self) -> defer.Deferred[None] | None:
+        data = self.render()
+        if self.threadpool is None:
+            write_atomically(self.path, data)
+            return None
+        return deferToThreadPool(self.clock, self.threadpool, write_atomically, self.path, data)
+
+
+class _VersionedTable:
+    """What the topic and group tables share: a change moves the data version and asks for a write."""
+
+    table: dict[str, Any]
+    data_version: DataVersion
+    file: ConfigFile
+
+    def _set(self, name: str, value: Any) -> None:
+        self.table[name] = value
+        self.data_version.next_version()
+        self.file.changed()
+
+    def _remove(self, name: str) -> defer.Deferred[None]:
+        """Forget ``name``; fires once the file no longer has it."""
+        if self.table.pop(name, None) is not None:
+            self.data_version.next_version()
+            self.file.changed()
+        return self.file.flush()
+
+
+class TopicConfigManager(_VersionedTable):
     """topics.json: every topic this broker serves, with system topics created at start."""
 
-    def __init__(self, config: BrokerConfig, config_dir: Path, on_change: Callable[[TopicConfig], None] | None = None):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        config_dir: Path,
+        on_change: Callable[[TopicConfig], None] | None = None,
+        clock: IReactorTime | None = None,
+        threadpool: ThreadPool | None = None,
+    ) -> None:
+        """``clock`` and ``threadpool``: see :class:`ConfigFile`."""
         self.config = config
         self.path = config_dir / "topics.json"
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self.on_change = on_change
+        self.file = ConfigFile(self.path, lambda: _pretty(self.wrapper().to_json()), clock, threadpool)
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -102,7 +188,8 @@ class TopicConfigManager:
             self.data_version = wrapper.data_version
 
     def persist(self) -> None:
-        write_atomically(self.path, _pretty(self.wrapper().to_json()))
+        """Write topics.json now."""
+        self.file.write_now()
 
     def wrapper(self) -> TopicConfigSerializeWrapper:
         return TopicConfigSerializeWrapper(dict(self.table), self.data_version)
@@ -110,23 +197,19 @@ class TopicConfigManager:
     def select(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def _changed(self, tc: TopicConfig) -> None:
-        self.data_version.next_version()
-        self.persist()
+    def _put(self, tc: TopicConfig) -> None:
+        self._set(tc.topic_name, tc)
         if self.on_change is not None:
             self.on_change(tc)
 
-    def update_topic_config(self, tc: TopicConfig) -> None:
-        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
-        self.table[tc.topic_name] = tc
-        self._changed(tc)
+    def update_topic_config(self, tc: TopicConfig) -> defer.Deferred[None]:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC); fires once topics.json has it."""
+        self._put(tc)
+        return self.file.flush()
 
-    def delete_topic_config(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
-            return False
-        self.data_version.next_version()
-        self.persist()
-        return True
+    def delete_topic_config(self, topic: str) -> defer.Deferred[None]:
+        """Forget a topic; fires once topics.json no longer has it."""
+        return self._remove(topic)
 
     def create_topic_in_send_message_method(
         self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int = 0
@@ -150,7 +233,7 @@ class TopicConfigManager:
             topic_sys_flag=topic_sys_flag,
         )
         log.info("create new topic {topic} from {default}", topic=topic, default=default_topic)
-        self.update_topic_config(tc)
+        self._put(tc)
         return tc
 
     def create_topic_in_send_message_back_method(
@@ -161,7 +244,7 @@ class TopicConfigManager:
         if tc is not None:
             return tc
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
-        self.update_topic_config(tc)
+        self._put(tc)
         return tc
 
 
@@ -213,14 +296,22 @@ class ConsumerOffsetManager:
             self._dirty = True
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(_VersionedTable):
     """subscriptionGroup.json: consumer group settings, auto-created on first use."""
 
-    def __init__(self, config: BrokerConfig, config_dir: Path) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        config_dir: Path,
+        clock: IReactorTime | None = None,
+        threadpool: ThreadPool | None = None,
+    ) -> None:
+        """``clock`` and ``threadpool``: see :class:`ConfigFile`."""
         self.config = config
         self.path = config_dir / "subscriptionGroup.json"
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
+        self.file = ConfigFile(self.path, self._render, clock, threadpool)
         for group in (
             "TOOLS_CONSUMER",
             "FILTERSRV_CONSUMER",
@@ -240,14 +331,15 @@ class SubscriptionGroupManager:
             self.data_version = wrapper.data_version
 
     def persist(self) -> None:
-        write_atomically(
-            self.path,
-            _pretty(
-                {
-                    "dataVersion": self.data_version.to_json(),
-                    "subscriptionGroupTable": {k: v.to_json() for k, v in self.table.items()},
-                }
-            ),
+        """Write subscriptionGroup.json now."""
+        self.file.write_now()
+
+    def _render(self) -> bytes:
+        return _pretty(
+            {
+                "dataVersion": self.data_version.to_json(),
+                "subscriptionGroupTable": {k: v.to_json() for k, v in self.table.items()},
+            }
         )
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
@@ -255,17 +347,14 @@ class SubscriptionGroupManager:
         cfg = self.table.get(group)
         if cfg is None and self.config.autoCreateSubscriptionGroup:
             cfg = SubscriptionGroupConfig(group)
-            self.update(cfg)
+            self._set(group, cfg)
         return cfg
 
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
-        self.table[cfg.group_name] = cfg
-        self.data_version.next_version()
-        self.persist()
+    def update(self, cfg: SubscriptionGroupConfig) -> defer.Deferred[None]:
+        """Create or replace a group (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP); fires once the file has it."""
+        self._set(cfg.group_name, cfg)
+        return self.file.flush()
 
-    def delete(self, group: str) -> bool:
-        if self.table.pop(group, None) is None:
-            return False
-        self.data_version.next_version()
-        self.persist()
-        return True
+    def delete(self, group: str) -> defer.Deferred[None]:
+        """Forget a group (DELETE_SUBSCRIPTIONGROUP); fires once the file no longer has it."""
+        return self._remove(group)

@@ -1,4 +1,8 @@
-"""Broker → NameServer registration (BrokerOuterAPI): register at start, periodically, and on topic changes."""
+"""Broker → NameServer registration (BrokerOuterAPI): register at start, periodically, and on topic changes.
+
+Topic changes are coalesced: a burst of new topics (auto-created on send, retry topics of new groups) costs
+one registration of the whole table, with at most one in flight and one more after it for later changes.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +23,15 @@ from gateway.remoting.headers import (
     UnRegisterBrokerRequestHeader,
 )
 
+from .coalesce import Coalescer
+
 if TYPE_CHECKING:
     from .controller import BrokerController
 
 log = Logger()
+
+# Topic changes within this many seconds share one registration.
+CHANGE_DELAY = 0.1
 
 
 class BrokerRegistration:
@@ -33,11 +42,27 @@ class BrokerRegistration:
         self.client = client
         self.master_addr: str | None = None
         self.ha_master_addr: str | None = None
+        # Topics changed since the last registration of changes.
+        self._changed: set[str] = set()
+        self._changes = Coalescer(broker.reactor, self._register_changes, CHANGE_DELAY, "registering topic changes")
 
-    def _body(self) -> bytes:
-        broker = self.broker
-        wrapper = broker.topics.wrapper()
-        perm = broker.config.brokerPermission
+    def topics_changed(self, *topics: str) -> None:
+        """Register ``topics`` soon, with the table's data version (Apache's registerIncrementBrokerData,
+        coalesced): a NameServer keeps the topics a registration leaves out, so the body grows with the
+        changes, not with the table."""
+        self._changed.update(topics)
+        self._changes.request()
+
+    def topics_registered(self) -> defer.Deferred[None]:
+        """Fires once every topic change so far has been registered (the registration starts next turn)."""
+        return self._changes.flush()
+
+    def stop(self) -> None:
+        """Drop a registration of topic changes not yet started (the broker is about to unregister)."""
+        self._changes.cancel()
+
+    def _body(self, wrapper: TopicConfigSerializeWrapper) -> bytes:
+        perm = self.broker.config.brokerPermission
         if not (perm & PermName.PERM_READ and perm & PermName.PERM_WRITE):
             # A broker that is not read-write registers every topic with its own permission.
             wrapper = TopicConfigSerializeWrapper(
@@ -58,12 +83,21 @@ class BrokerRegistration:
         return fastjson.dumps(RegisterBrokerBody(wrapper, []))
 
     def register_all(self) -> defer.Deferred[Any]:
-        """REGISTER_BROKER to every NameServer; fires when all have answered or failed."""
+        """REGISTER_BROKER with every topic to every NameServer; fires when all have answered or failed."""
+        return self._register(self.broker.topics.wrapper())
+
+    def _register_changes(self) -> defer.Deferred[Any]:
+        topics = self.broker.topics
+        names, self._changed = self._changed, set()
+        changed = {n: tc for n in names if (tc := topics.select(n)) is not None}
+        return self._register(TopicConfigSerializeWrapper(changed, topics.data_version))
+
+    def _register(self, wrapper: TopicConfigSerializeWrapper) -> defer.Deferred[Any]:
         cfg = self.broker.config
         addrs = cfg.namesrv_addrs
         if not addrs:
             return defer.succeed(None)
-        body = self._body()
+        body = self._body(wrapper)
         header = RegisterBrokerRequestHeader(
             broker_name=cfg.brokerName,
             broker_addr=cfg.broker_addr,

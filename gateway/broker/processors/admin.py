@@ -74,7 +74,9 @@ class AdminBrokerProcessor:
 
     # -- topics
 
-    def update_and_create_topic(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(
+        self, channel: RemotingProtocol, request: RemotingCommand
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         broker = self.broker
         if broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
@@ -90,7 +92,7 @@ class AdminBrokerProcessor:
                 )
         if not 0 <= h.perm <= _PERM_ALL:
             return request.response(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} is not a valid permission")
-        broker.topics.update_topic_config(
+        written = broker.topics.update_topic_config(
             TopicConfig(
                 h.topic,
                 read_queue_nums=h.read_queue_nums,
@@ -101,9 +103,11 @@ class AdminBrokerProcessor:
                 order=h.order,
             )
         )
-        return request.response(ResponseCode.SUCCESS)
+        return _success_when(written, request)
 
-    def delete_topic(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def delete_topic(
+        self, channel: RemotingProtocol, request: RemotingCommand
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         broker = self.broker
         if broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
@@ -111,10 +115,10 @@ class AdminBrokerProcessor:
         refusal = self._reserved_topic(h.topic)
         if refusal is not None:
             return request.response(ResponseCode.INVALID_PARAMETER, refusal)
-        broker.topics.delete_topic_config(h.topic)
+        written = broker.topics.delete_topic_config(h.topic)
         broker.offsets.remove_topic(h.topic)
         broker.store.delete_topics({h.topic})
-        return request.response(ResponseCode.SUCCESS)
+        return _success_when(written, request)
 
     def _reserved_topic(self, topic: str) -> str | None:
         """Why ``topic`` may not be created or deleted by a client: system topics (validateSystemTopicWhenUpdateTopic)
@@ -302,7 +306,7 @@ class AdminBrokerProcessor:
 
     def update_and_create_subscription_group(
         self, channel: RemotingProtocol, request: RemotingCommand
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         if self.broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
         cfg = SubscriptionGroupConfig.from_json(fastjson.loads(request.body))  # checks groupName and field types
@@ -312,21 +316,26 @@ class AdminBrokerProcessor:
                 ResponseCode.INVALID_PARAMETER,
                 f"retryQueueNums {cfg.retry_queue_nums} is out of range [0, {limit}] (maxTopicQueueNums)",
             )
-        self.broker.groups.update(cfg)
-        return request.response(ResponseCode.SUCCESS)
+        return _success_when(self.broker.groups.update(cfg), request)
 
-    def delete_subscription_group(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def delete_subscription_group(
+        self, channel: RemotingProtocol, request: RemotingCommand
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         if self.broker.config.is_slave:
             return request.response(ResponseCode.SYSTEM_ERROR, _SLAVE_REMARK)
         h = DeleteSubscriptionGroupRequestHeader.decode(request.ext_fields)
-        self.broker.groups.delete(h.group_name)
-        return request.response(ResponseCode.SUCCESS)
+        return _success_when(self.broker.groups.delete(h.group_name), request)
 
     def get_broker_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker
         lines = [f"{k}={v}" for k, v in sorted(broker.all_config().items())]
         version = orjson.dumps(broker.topics.data_version.to_json()).decode()
         return request.response(ext_fields={"version": version}, body="\n".join(lines).encode())
+
+
+def _success_when(written: Deferred[None], request: RemotingCommand) -> Deferred[RemotingCommand]:
+    """SUCCESS once a config change is on disk: Apache answers these admin requests after persisting."""
+    return written.addCallback(lambda _: request.response(ResponseCode.SUCCESS))
 
 
 def _connection(info: Any) -> dict[str, Any]:

@@ -37,9 +37,13 @@ class ClientManageProcessor:
             RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
-    def heart_beat(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def heart_beat(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
         data = HeartbeatData.from_json(fastjson.loads(request.body) if request.body else {})
+        topics_version = broker.topics.data_version.counter
+        # The work per group is constant (new groups and retry topics only ask for a coalesced write and
+        # registration), so a heartbeat listing many groups costs in proportion to its size.
+        info = ClientChannelInfo(channel, data.client_id, request.language, request.version)
         for consumer in data.consumer_data_set:
             group_cfg = broker.groups.find(consumer.group_name)
             notify = True
@@ -51,7 +55,6 @@ class ClientManageProcessor:
                         group_cfg.retry_queue_nums,
                         PermName.PERM_READ | PermName.PERM_WRITE,
                     )
-            info = ClientChannelInfo(channel, data.client_id, request.language, request.version)
             broker.consumers.register_consumer(
                 consumer.group_name,
                 info,
@@ -65,10 +68,8 @@ class ClientManageProcessor:
             # pulls answer FILTER_DATA_NOT_EXIST. Clients find out at start from CHECK_CLIENT_CONFIG.
             broker.consumer_filters.register(consumer.group_name, consumer.subscription_data_set)
         for producer in data.producer_data_set:
-            broker.producers.register_producer(
-                producer.group_name, ClientChannelInfo(channel, data.client_id, request.language, request.version)
-            )
-        return request.response(ResponseCode.SUCCESS)
+            broker.producers.register_producer(producer.group_name, info)
+        return broker.answer_once_registered(topics_version, request.response(ResponseCode.SUCCESS))
 
     def unregister_client(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker

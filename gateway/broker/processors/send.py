@@ -111,13 +111,18 @@ class SendMessageProcessor:
         except InvalidNameError as e:
             return request.response(ResponseCode.INVALID_PARAMETER, str(e), self.region_ext())
         ext = self.region_ext()
+        topics_version = self.broker.topics.data_version.counter
         error = self.msg_check(request, header)
         if error is not None:
             code, remark = error
             return request.response(code, remark, ext)
         if header.batch:
-            return self._send_batch(channel, request, header, ext)
-        return self._send(channel, request, header, ext)
+            response = self._send_batch(channel, request, header, ext)
+        else:
+            response = self._send(channel, request, header, ext)
+        if self.broker.topics.data_version.counter != topics_version:  # this send created its topic
+            return self.broker.answer_once_registered(topics_version, response)
+        return response
 
     def region_ext(self) -> dict[str, str]:
         """MSG_REGION and TRACE_ON: in every send response, success or not."""
@@ -265,9 +270,14 @@ class SendMessageProcessor:
         # The answer names the requested queue even when the message is parked in a system queue.
         return self._respond(request, result, queue_id, ext)
 
-    def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
-        3 + reconsumeTimes unless the consumer names one), or goes to %DLQ%<group> after too many attempts."""
+        3 + reconsumeTimes unless the consumer names one), or goes to %DLQ%<group> after too many attempts.
+        Answered once a retry or DLQ topic it created is registered."""
+        topics_version = self.broker.topics.data_version.counter
+        return self.broker.answer_once_registered(topics_version, self._send_back(request))
+
+    def _send_back(self, request: RemotingCommand) -> RemotingCommand:
         header = ConsumerSendMsgBackRequestHeader.decode(request.ext_fields)
         broker = self.broker
         cfg = broker.groups.find(header.group)
