@@ -50,6 +50,17 @@ def _to_int(v: str) -> int:
 
 _PARSERS = {str: str, int: _to_int, bool: _to_bool, Topic: check_topic, Group: check_group}
 _LEGAL_NAME = re.compile(r"[%|a-zA-Z0-9_-]+").fullmatch
+# Names already found legal: the same few topics and groups arrive on every request, and a set lookup is
+# cheaper than the check. Bounded: a client sending endless new names only empties them.
+_KNOWN_TOPICS: set[str] = set()
+_KNOWN_GROUPS: set[str] = set()
+_KNOWN_MAX = 65536
+
+
+def _remember(known: set[str], name: str) -> None:
+    if len(known) >= _KNOWN_MAX:
+        known.clear()
+    known.add(name)
 
 
 def _format(v: Any) -> str:
@@ -88,6 +99,9 @@ class CommandHeader:
             "check_topic": check_topic,
             "check_group": check_group,
             "legal": _LEGAL_NAME,
+            "known_topics": _KNOWN_TOPICS,
+            "known_groups": _KNOWN_GROUPS,
+            "remember": _remember,
         }
         args = []
         for i, (attr, key, parse, required, default) in enumerate(spec):
@@ -112,9 +126,12 @@ class CommandHeader:
                 limit = TOPIC_MAX_LENGTH if parse is check_topic else GROUP_MAX_LENGTH
                 if not required:
                     lines.append(f"    if {v} == '': {v} = None  # optional and blank: absent")
+                known = "known_topics" if parse is check_topic else "known_groups"
                 lines += [
-                    f"    if {v} is not None and (len({v}) > {limit} or legal({v}) is None):",
-                    f"        {parse.__name__}({v})",
+                    f"    if {v} is not None and {v} not in {known}:",
+                    f"        if len({v}) > {limit} or legal({v}) is None:",
+                    f"            {parse.__name__}({v})",
+                    f"        remember({known}, {v})",
                 ]
             lines.append(f"    if {v} is None:")
             if required:
