@@ -74,6 +74,7 @@ class MappedFilePool:
         # and write) goes without it: only the reactor touches, and only files of live queues, which no worker
         # discards; one OrderedDict operation is atomic under the GIL.
         self._lock = threading.Lock()
+        self.ordering = False
 
     @property
     def open_files(self) -> int:
@@ -81,14 +82,19 @@ class MappedFilePool:
         return len(self._lru)
 
     def touch(self, f: MappedFile) -> None:
-        """``f`` was just used: it is the last to be unmapped."""
+        """``f`` was just used: it is the last to be unmapped. Files call it only while ``ordering`` (the pool
+        over half full): below that nothing is unmapped soon, and every store read and write skips it."""
         self._lru.move_to_end(f)
+
+    def _update_ordering(self) -> None:
+        self.ordering = self.limit > 0 and len(self._lru) > self.limit // 2
 
     def add(self, f: MappedFile) -> None:
         """Count a newly mapped ``f``, unmapping idle files over the limit (never ``f`` itself)."""
         with self._lock:
             lru = self._lru
             lru[f] = None
+            self._update_ordering()
             excess = len(lru) - self.limit
             if self.limit <= 0 or excess <= 0:
                 return
@@ -101,6 +107,7 @@ class MappedFilePool:
                     finally:
                         victim.lock.release()
                     del lru[victim]
+                    self._update_ordering()
                     excess -= 1
                     if not excess:
                         return
@@ -111,6 +118,7 @@ class MappedFilePool:
         """Stop counting ``f`` (it is being closed)."""
         with self._lock:
             self._lru.pop(f, None)
+            self._update_ordering()
 
 
 class MappedFile:
@@ -169,7 +177,8 @@ class MappedFile:
         mm = self._mm
         if mm is None:
             return self._open()[0]
-        self.pool.touch(self)
+        if self.pool.ordering:
+            self.pool.touch(self)
         return mm
 
     @property
@@ -178,7 +187,8 @@ class MappedFile:
         view = self._view
         if view is None:
             return self._open()[1]
-        self.pool.touch(self)
+        if self.pool.ordering:
+            self.pool.touch(self)
         return view
 
     @property
