@@ -70,9 +70,7 @@ def topic_problem(topic: str) -> str | None:
     if not topic or topic.isspace():
         return "The specified topic is blank."
     if _LEGAL(topic) is None:
-        return (
-            f"The specified topic: {_shown(topic)}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-        )
+        return f"The specified topic: {_shown(topic)}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
         if len(topic) > RETRY_OR_DLQ_TOPIC_MAX_LENGTH:
             return (
@@ -89,9 +87,7 @@ def group_problem(group: str) -> str | None:
     if not group or group.isspace():
         return "The specified group is blank."
     if _LEGAL(group) is None:
-        return (
-            f"The specified group: {_shown(group)}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
-        )
+        return f"The specified group: {_shown(group)}, contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
     if len(group) > GROUP_MAX_LENGTH:
         return f"The specified group: {_shown(group)}, is longer than group max length: {GROUP_MAX_LENGTH}"
     return None
