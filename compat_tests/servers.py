@@ -94,8 +94,16 @@ class GatewayServers:
             namesrv_args = ["--namesrv-config", str(namesrv_conf)]
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "gateway", "--namesrv-port", str(self.namesrv_port),
-                "--broker-config", str(conf), "--bind", "127.0.0.1", *namesrv_args,
+                sys.executable,
+                "-m",
+                "gateway",
+                "--namesrv-port",
+                str(self.namesrv_port),
+                "--broker-config",
+                str(conf),
+                "--bind",
+                "127.0.0.1",
+                *namesrv_args,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -142,8 +150,14 @@ class GatewayServers:
     def create_topic(self, topic: str, queues: int = 4, order: bool = False) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
         header = CreateTopicRequestHeader(
-            topic=topic, default_topic="TBW102", read_queue_nums=queues, write_queue_nums=queues, perm=6,
-            topic_filter_type="SINGLE_TAG", topic_sys_flag=0, order=order,
+            topic=topic,
+            default_topic="TBW102",
+            read_queue_nums=queues,
+            write_queue_nums=queues,
+            perm=6,
+            topic_filter_type="SINGLE_TAG",
+            topic_sys_flag=0,
+            order=order,
         )
         request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
         if self.sign is not None:

@@ -83,8 +83,18 @@ class Run:
 def run_node(command: str, servers: Any, topic: str, group: str, *extra: Any, timeout: float = 60) -> Run:
     assert NODE is not None
     cmd = [
-        NODE, str(SCRIPT), command, "--namesrv", servers.namesrv_addr, "--topic", topic, "--group", group,
-        "--timeout", str(timeout), *(str(x) for x in extra),
+        NODE,
+        str(SCRIPT),
+        command,
+        "--namesrv",
+        servers.namesrv_addr,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--timeout",
+        str(timeout),
+        *(str(x) for x in extra),
     ]
     try:
         proc = subprocess.run(
@@ -97,8 +107,7 @@ def run_node(command: str, servers: Any, topic: str, group: str, *extra: Any, ti
     return Run(command, proc.returncode, proc.stdout, proc.stderr)
 
 
-def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, indexes: Iterable[int],
-            timeout: float = 60) -> Run:
+def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, indexes: Iterable[int], timeout: float = 60) -> Run:
     indexes = list(indexes)
     spec_file = tmp_path / f"{run_id}.jsonl"
     spec_file.write_text(
@@ -117,7 +126,16 @@ def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, indexes: Iter
 
 def consume(servers: Any, topic: str, group: str, expect: int, linger: float = 3.0, timeout: float = 60) -> Run:
     run = run_node(
-        "consume", servers, topic, group, "--expect", expect, "--linger", linger, "--props", ",".join(PROPS),
+        "consume",
+        servers,
+        topic,
+        group,
+        "--expect",
+        expect,
+        "--linger",
+        linger,
+        "--props",
+        ",".join(PROPS),
         timeout=timeout,
     )
     if run.returncode == EXIT_TIMEOUT:
@@ -126,8 +144,9 @@ def consume(servers: Any, topic: str, group: str, expect: int, linger: float = 3
     return run
 
 
-def check_messages(messages: Iterable[dict[str, Any]], run_id: str, indexes: Iterable[int], topic: str,
-                   what: str) -> None:
+def check_messages(
+    messages: Iterable[dict[str, Any]], run_id: str, indexes: Iterable[int], topic: str, what: str
+) -> None:
     """Every message of ``run_id`` numbered in ``indexes`` arrived exactly once, intact, and nothing else."""
 
     def expected_of(i: int) -> dict[str, Any]:
@@ -154,8 +173,7 @@ def test_unknown_topic_is_refused(servers, tmp_path):
     topic = _unique("OnsMissing")
     spec_file = tmp_path / "one.jsonl"
     spec_file.write_text(json.dumps({"i": 0, **expected("missing", 0)}) + "\n", encoding="utf-8")
-    run = run_node("produce", servers, topic, _unique("ons_pg"), "--messages", spec_file, "--retries", 0,
-                   timeout=30)
+    run = run_node("produce", servers, topic, _unique("ons_pg"), "--messages", spec_file, "--retries", 0, timeout=30)
     assert run.returncode != 0 and not run.of("sent"), run.describe()
 
 
@@ -179,7 +197,10 @@ def test_acceptance_1000_messages_exactly_once_and_resume_after_restart(fresh_se
     everything = consume(servers, topic, _unique("ons_all"), 1100, timeout=90).of("msg")
     for run_id, indexes in ((first, range(1000)), (second, range(1000, 1100))):
         check_messages(
-            [m for m in everything if (m.get("props") or {}).get("run") == run_id], run_id, indexes, topic,
+            [m for m in everything if (m.get("props") or {}).get("run") == run_id],
+            run_id,
+            indexes,
+            topic,
             "a new group after the restart",
         )
     assert len(everything) == 1100, f"a new group got {len(everything)} messages, 1,100 stored"

@@ -47,8 +47,19 @@ def _env(home: Path) -> dict[str, str]:
 
 def _command(command: str, servers: Any, topic: str, group: str, timeout: float, *extra: Any) -> list[str]:
     return [
-        sys.executable, "-m", "compat_tests.cpp_client", command, "--namesrv", servers.namesrv_addr,
-        "--topic", topic, "--group", group, "--timeout", str(timeout), *(str(x) for x in extra),
+        sys.executable,
+        "-m",
+        "compat_tests.cpp_client",
+        command,
+        "--namesrv",
+        servers.namesrv_addr,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--timeout",
+        str(timeout),
+        *(str(x) for x in extra),
     ]
 
 
@@ -98,7 +109,12 @@ def run_cpp(home: Path, command: str, servers: Any, topic: str, group: str, *ext
     cmd = _command(command, servers, topic, group, timeout, *extra)
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout + SLACK, env=_env(home), cwd=ROOT,
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout + SLACK,
+            env=_env(home),
+            cwd=ROOT,
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired as exc:
@@ -117,7 +133,12 @@ class Background:
         self.timeout = timeout
         self.proc = subprocess.Popen(
             _command("consume", servers, topic, group, timeout, "--expect", 0, *extra),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(home), cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(home),
+            cwd=ROOT,
         )
         self.lines: list[str] = []
         self.err: list[str] = []
@@ -169,11 +190,31 @@ class Background:
             return Run("consume", self.proc.returncode, "".join(self.lines), "".join(self.err), self.home)
 
 
-def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, count: int, mode: str = "sync",
-            start: int = 0, timeout: float = 60) -> Run:
+def produce(
+    tmp_path: Path,
+    servers: Any,
+    topic: str,
+    run_id: str,
+    count: int,
+    mode: str = "sync",
+    start: int = 0,
+    timeout: float = 60,
+) -> Run:
     run = run_cpp(
-        tmp_path / "home-producer", "produce", servers, topic, _unique("cpp_pg"),
-        "--run", run_id, "--count", count, "--start", start, "--mode", mode, timeout=timeout,
+        tmp_path / "home-producer",
+        "produce",
+        servers,
+        topic,
+        _unique("cpp_pg"),
+        "--run",
+        run_id,
+        "--count",
+        count,
+        "--start",
+        start,
+        "--mode",
+        mode,
+        timeout=timeout,
     )
     assert run.returncode == 0, run.describe()
     done = run.of("done")
@@ -181,8 +222,9 @@ def produce(tmp_path: Path, servers: Any, topic: str, run_id: str, count: int, m
     return run
 
 
-def check_messages(messages: Iterable[dict[str, Any]], run_id: str, indexes: Iterable[int], topic: str,
-                   what: str) -> None:
+def check_messages(
+    messages: Iterable[dict[str, Any]], run_id: str, indexes: Iterable[int], topic: str, what: str
+) -> None:
     """Every message of ``run_id`` numbered in ``indexes`` arrived exactly once, intact, and nothing else."""
     check_exactly_once(messages, run_id, indexes, topic, what, lambda i: expected(run_id, i))
 
@@ -193,11 +235,28 @@ def pull_all(tmp_path: Path, servers: Any, topic: str, timeout: float = 60) -> R
     return run
 
 
-def consume(tmp_path: Path, servers: Any, topic: str, group: str, expect: int, *extra: Any,
-            linger: float = 3.0, timeout: float = 60) -> Run:
+def consume(
+    tmp_path: Path,
+    servers: Any,
+    topic: str,
+    group: str,
+    expect: int,
+    *extra: Any,
+    linger: float = 3.0,
+    timeout: float = 60,
+) -> Run:
     run = run_cpp(
-        tmp_path / f"home-consumer-{group}", "consume", servers, topic, group,
-        "--expect", expect, "--linger", linger, *extra, timeout=timeout,
+        tmp_path / f"home-consumer-{group}",
+        "consume",
+        servers,
+        topic,
+        group,
+        "--expect",
+        expect,
+        "--linger",
+        linger,
+        *extra,
+        timeout=timeout,
     )
     if run.returncode == EXIT_TIMEOUT:
         pytest.fail(f"push consumer got {len(run.messages)} of {expect} messages in {timeout}s\n{run.describe()}")
@@ -265,8 +324,9 @@ def _group_members(servers: Any, group: str) -> list[str]:
     from gateway.remoting.codes import RequestCode
     from gateway.remoting.command import RemotingCommand
 
-    resp = call(servers.broker_addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                               {"consumerGroup": group}))
+    resp = call(
+        servers.broker_addr, RemotingCommand.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    )
     if resp.code != 0 or not resp.body:
         return []
     return list(json.loads(resp.body).get("consumerIdList") or [])

@@ -56,6 +56,8 @@ from .transaction.service import TransactionalMessageService
 log = Logger()
 
 _CHANNEL_SCAN_INTERVAL = 10.0
+# The longest a request that created a topic waits for the NameServers to register it before it is answered.
+_REGISTERED_WAIT = 1.0
 
 
 class BrokerController(service.Service):
@@ -301,12 +303,21 @@ class BrokerController(service.Service):
         """``response``, or once the NameServers know the topics created since ``topics_version`` (the topic
         table's data version counter when the request arrived). Apache registers a topic it creates (through
         TBW102, retry and DLQ topics) before answering the request that created it, so the client finds the
-        route at once; requests of one reactor turn share one registration."""
+        route at once; requests of one reactor turn share one registration. A NameServer that does not answer
+        delays the answer by ``_REGISTERED_WAIT`` at most (Apache sends that registration oneway)."""
         if self.topics.data_version.counter == topics_version or not self.running:
             return response
-        d = self.registration.topics_registered()
-        d.addErrback(lambda f: log.failure("registering new topics failed", f))
-        return d.addCallback(lambda _: response)
+        answered: defer.Deferred[None] = defer.Deferred()
+
+        def answer(_: Any = None) -> None:
+            if not answered.called:
+                answered.callback(None)
+
+        timer = self.reactor.callLater(_REGISTERED_WAIT, answer)
+        registered = self.registration.topics_registered()
+        registered.addErrback(lambda f: log.failure("registering new topics failed", f))
+        registered.addCallback(lambda _: timer.cancel() if timer.active() else None).addCallback(answer)
+        return answered.addCallback(lambda _: response)
 
     def _topic_changed(self, tc: TopicConfig) -> None:
         if self.running:

@@ -345,9 +345,7 @@ async def test_sync_flush_acknowledges_durable_sends(make_broker) -> None:
     b.start()
     try:
         await create_topic(b, "Sync", 1)
-        results = await defer.gatherResults(
-            [defer.ensureDeferred(send(b, "Sync", b"x" * 1024, {})) for _ in range(50)]
-        )
+        results = await defer.gatherResults([defer.ensureDeferred(send(b, "Sync", b"x" * 1024, {})) for _ in range(50)])
         assert all(r.code == ResponseCode.SUCCESS for r in results)
         last = max(decode_offset_message_id(r.ext_fields["msgId"])[1] for r in results)
         assert b.controller.store.flushed_where > last

@@ -322,3 +322,21 @@ def test_a_failed_write_is_retried_by_the_next_flush(tmp_path: Path, monkeypatch
     assert not topics.file.flush().called
     clock.advance(0)
     assert "Auto" in fastjson.loads((tmp_path / "topics.json").read_bytes())["topicConfigTable"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_silent_name_server_delays_a_topic_creating_send_by_a_second_at_most(make_broker) -> None:
+    from twisted.internet.protocol import Factory, Protocol
+
+    silent = reactor.listenTCP(0, Factory.forProtocol(Protocol), interface="127.0.0.1")  # reads, never answers
+    b = make_broker(namesrvAddr=f"127.0.0.1:{silent.getHost().port}")
+    b.start()
+    try:
+        t0 = time.monotonic()
+        resp = await send(b, "CreatedWhileNameServerIsSilent", b"x", {})
+        waited = time.monotonic() - t0
+        assert resp.code == ResponseCode.SUCCESS
+        assert 0.9 <= waited < 4.0, waited  # the registration's own timeout is 6 s
+    finally:
+        await b.stop()
+        await silent.stopListening()
