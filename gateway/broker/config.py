@@ -82,6 +82,12 @@ class BrokerConfig:
     # Ours: the most bytes all client connections together may hold in incomplete frames and unsent replies
     # (512 MiB); past it the newest such connections are closed. Always on (must be positive); read at start.
     remotingMaxBufferedBytes: int = DEFAULT_MAX_BUFFERED_BYTES
+    # 4.x HA (MessageStoreConfig keys in Java). haListenPort is forced to listenPort + 1 as BrokerStartup does
+    # (an ephemeral port when listenPort is 0). A slave follows haMasterAddress (host:haPort) when set.
+    haMasterAddress: str = ""
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20000
+    haTransferBatchSize: int = 32 * 1024
 
     def __post_init__(self) -> None:
         if not self.brokerIP1:

@@ -28,6 +28,8 @@ from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
 from gateway.store.clean_service import CleanService
 from gateway.store.config import StoreConfig
 from gateway.store.flush import FlushService
+from gateway.store.ha.client import HAClient
+from gateway.store.ha.service import HAConfig, HAService
 from gateway.store.message_store import DefaultMessageStore
 from gateway.tls.client import client_endpoint_factory
 from gateway.tls.server import TlsServer
@@ -50,6 +52,7 @@ from .processors.send import SendMessageProcessor
 from .rebalance_lock import RebalanceLockManager
 from .registration import BrokerRegistration
 from .schedule import DELIVER_INTERVAL, ScheduleMessageService
+from .slave_sync import SlaveSynchronize
 from .timer import TimerMessageService
 from .transaction.service import TransactionalMessageService
 
@@ -123,6 +126,9 @@ class BrokerController(service.Service):
             self.acl.install(self.dispatcher)
         self.namesrv_client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
         self.registration = BrokerRegistration(self, self.namesrv_client)
+        self.slave_sync = SlaveSynchronize(self)
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None
         self.clean_service: CleanService | None = None
         self.sync_flush_waiter: Any = None
@@ -148,12 +154,14 @@ class BrokerController(service.Service):
         self.tls.start()
         if self.acl is not None:
             self.acl.start()
+        configured_port = self.config.listenPort
         port = self.reactor.listenTCP(
             self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
         )
         self.ports.append(port)
         self.config.listenPort = port.getHost().port
         self._listen_vip()
+        self._start_ha(configured_port)
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
         self.flush_service = FlushService(self.store, self.store_config, self.reactor)
         self.flush_service.start()
@@ -167,10 +175,15 @@ class BrokerController(service.Service):
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
-        self._every(DELIVER_INTERVAL, self.schedule.deliver, now=False)
-        self._every(DELIVER_INTERVAL, self.timer.deliver, now=False)
-        self._every(self.config.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets, now=False)
-        self._every(self.config.transactionCheckInterval / 1000.0, self.transactions.check, now=False)
+        if not self.config.is_slave:
+            # As Apache: only a master delivers delayed and timer messages and checks transactions back; a
+            # slave has them through replication and takes delay offsets from its master.
+            self._every(DELIVER_INTERVAL, self.schedule.deliver, now=False)
+            self._every(DELIVER_INTERVAL, self.timer.deliver, now=False)
+            self._every(self.config.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets, now=False)
+            self._every(self.config.transactionCheckInterval / 1000.0, self.transactions.check, now=False)
+        if self.config.is_slave:
+            self.slave_sync.start()
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
@@ -211,6 +224,25 @@ class BrokerController(service.Service):
         except CannotListenError as e:
             log.warn("VIP channel not available: {error}", error=e)
 
+    def _start_ha(self, configured_port: int) -> None:
+        """Master: listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort). Slave: follow."""
+        cfg = self.config
+        ha = HAConfig(cfg.haSendHeartbeatInterval, cfg.haHousekeepingInterval, cfg.haTransferBatchSize)
+        if cfg.is_slave:
+            self.ha_client = HAClient(
+                self.store, ha, self.reactor, lambda: cfg.haMasterAddress or self.registration.ha_master_addr or ""
+            )
+            self.ha_client.start()
+            return
+        self.ha_service = HAService(self.store, ha, self.reactor)
+        wanted = cfg.listenPort + 1 if configured_port else 0
+        try:
+            cfg.haListenPort = self.ha_service.start(wanted, cfg.bindAddress)
+        except CannotListenError as e:
+            # Slaves learn the HA address from the NameServer (haServerAddr), so another port still works.
+            log.warn("HA port {port} not available ({error}); using an ephemeral one", port=wanted, error=e)
+            cfg.haListenPort = self.ha_service.start(0, cfg.bindAddress)
+
     def _every(self, seconds: float, fn: Any, now: bool = True) -> None:
         loop = task.LoopingCall(fn)
         loop.clock = self.reactor
@@ -227,6 +259,11 @@ class BrokerController(service.Service):
             if loop.running:
                 loop.stop()
         self._loops.clear()
+        yield self.slave_sync.stop()
+        if self.ha_client is not None:
+            self.ha_client.stop()
+        if self.ha_service is not None:
+            yield self.ha_service.stop()
         self.registration.stop()
         yield self.registration.unregister_all()
         yield self.namesrv_client.close()
@@ -298,6 +335,8 @@ class BrokerController(service.Service):
 
     def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
         self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
+        if self.ha_service is not None:
+            self.ha_service.wakeup()
 
     def answer_once_registered(self, topics_version: int, response: Any) -> Any:
         """``response``, or once the NameServers know the topics created since ``topics_version`` (the topic

@@ -308,6 +308,32 @@ class CommitLog:
 
     # -- read --------------------------------------------------------------------------------------------
 
+    def append_data(self, phy_offset: int, data: bytes | memoryview) -> bool:
+        """Slave side: write raw commitlog bytes replicated from the master at ``phy_offset``.
+
+        The bytes land at exactly the master's offsets (records, blanks and padding alike); only an empty
+        commitlog may start elsewhere than its max offset.  Returns False when ``phy_offset`` does not fit.
+        """
+        q = self.queue
+        if phy_offset != q.wrote_where and (q.files or phy_offset < 0):
+            return False
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            offset = phy_offset + done
+            files = q.files
+            f = (
+                files[-1]
+                if files and offset < files[-1].end_offset
+                else q.create_file(offset - offset % q.mapped_file_size)
+            )
+            pos = offset - f.file_from_offset
+            n = min(len(view) - done, f.file_size - pos)
+            f.mm[pos : pos + n] = view[done : done + n]
+            done += n
+            q.wrote_where = offset + n
+        return True
+
     def get_message(self, offset: int, size: int) -> memoryview | None:
         """A zero-copy slice of ``size`` bytes at ``offset``; None if not (or no longer) on disk."""
         if offset < 0 or size <= 0 or offset + size > self.queue.wrote_where:

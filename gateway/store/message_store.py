@@ -30,7 +30,14 @@ from .api import (
     RecoveryReport,
 )
 from .checkpoint import StoreCheckpoint
-from .commit_log import MIN_RECORD_SIZE, CommitLog, DispatchRequest, is_dispatched
+from .commit_log import (
+    MIN_RECORD_SIZE,
+    CommitLog,
+    CorruptRecordError,
+    DispatchRequest,
+    check_message_and_return_size,
+    is_dispatched,
+)
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .index_service import IndexService
@@ -72,6 +79,7 @@ class DefaultMessageStore:
         self._lock_fd: int | None = None
         self._refused_topics: set[str] = set()  # logged once each
         self._logics_timestamp = 0  # store time of the last record indexed in a consume queue
+        self._reput_from = 0  # slave: commitlog offset up to which replicated records are dispatched
         self._memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * config.accessMessageInMemoryMaxRatio / 100)
 
     # -- paths -------------------------------------------------------------------------------------------
@@ -111,6 +119,7 @@ class DefaultMessageStore:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+        self._reput_from = self.commit_log.max_offset
         self.running = True
         log.info("store %s started: %s", root, report)
         return report
@@ -293,6 +302,48 @@ class DefaultMessageStore:
         if not self._writable():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         return self.commit_log.put_messages(msgs)
+
+    def append_to_commit_log(self, phy_offset: int, data: bytes | memoryview) -> bool:
+        """Slave: append bytes replicated from the master at ``phy_offset`` and dispatch every record they
+        complete (DefaultMessageStore.appendToCommitLog + ReputMessageService).  False if the offset does not
+        continue the commitlog."""
+        if not self.running or not self.commit_log.append_data(phy_offset, data):
+            return False
+        self._reput()
+        return True
+
+    def _reput(self) -> None:
+        """Dispatch the whole records between the last dispatched offset and the commitlog's end."""
+        cl = self.commit_log
+        end = cl.max_offset
+        self._reput_from = max(self._reput_from, cl.min_offset)
+        while self._reput_from < end:
+            f = cl.queue.find_mapped_file_by_offset(self._reput_from)
+            if f is None:
+                return
+            pos = self._reput_from - f.file_from_offset
+            try:
+                req = check_message_and_return_size(f.view[: end - f.file_from_offset], pos, f.file_from_offset, False)
+            except CorruptRecordError:
+                return  # the rest of this record comes with the next transfer
+            if req is None:  # end-of-segment blank
+                self._reput_from = f.end_offset
+                continue
+            self._dispatch(
+                req.topic,
+                req.queue_id,
+                req.commit_log_offset,
+                req.msg_size,
+                self._tags_code_of(req),
+                req.consume_queue_offset,
+                req.store_timestamp,
+                req.sys_flag,
+                req.properties,
+            )
+            if is_dispatched(req.sys_flag):
+                cl.topic_queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+            self._reput_from += req.msg_size
+            cl.tail = (self._reput_from, req.store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, made on first use; None for a topic that cannot name a directory of the store (a record

@@ -131,7 +131,8 @@ class AdminBrokerProcessor:
         return None
 
     def get_all_topic_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
-        return request.response(body=fastjson.dumps(self.broker.topics.wrapper()))
+        # Apache's reply has an empty extFields object here (and none in the other getAll* replies).
+        return request.response(ext_fields={}, body=fastjson.dumps(self.broker.topics.wrapper()))
 
     def get_system_topic_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         topics = sorted(t for t in self.broker.topics.table if t in NOT_ALLOWED_SEND_TOPICS)

@@ -1,0 +1,157 @@
+"""A slave copies its master's metadata every 10 s (Apache's SlaveSynchronize.syncAll).
+
+The master is the ``masterAddr`` of the last REGISTER_BROKER reply, as in Apache 4.9.8. One pass sends
+GET_ALL_TOPIC_CONFIG to the master's VIP port (listenPort-2), then GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET
+and GET_ALL_SUBSCRIPTIONGROUP_CONFIG to its main port, each with no ext fields and no body, and applies them as
+Java does: topics and groups replaced (deletions included) when the master's dataVersion differs, consumer offsets
+merged over the slave's (putAll), delay offsets replaced; each table then reaches its file (topics and groups
+through their coalesced write). A step that fails is logged and the next one still runs. When the VIP port does
+not answer (our master could not bind it, e.g. with ephemeral ports) the topic request goes to the main port,
+which serves every request.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import DataVersion, SubscriptionGroupWrapper, TopicConfigSerializeWrapper
+from gateway.remoting.client import RemotingClient, split_addr
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.tls.client import client_endpoint_factory
+
+from .managers import _parse_offsets, _VersionedTable
+from .schedule import _parse_delay_offsets
+
+if TYPE_CHECKING:
+    from .controller import BrokerController
+
+log = Logger()
+
+# Java's BrokerController schedules syncAll at a fixed rate of 10 s; Apache 4.9.8 sends the first ~3-4 s after
+# start. Tests shorten them by patching these before the broker is built.
+SYNC_FIRST_DELAY = 3.0
+SYNC_INTERVAL = 10.0
+# BrokerOuterAPI's getAll* calls wait 3 s.
+SYNC_TIMEOUT = 3.0
+
+
+class MasterRefused(Exception):
+    """The master answered a sync request with an error code."""
+
+
+def vip_addr(addr: str) -> str:
+    """The VIP channel of a broker address: its port minus 2 (MixAll.brokerVIPChannel)."""
+    host, port = split_addr(addr)
+    return f"{host}:{port - 2}"
+
+
+class SlaveSynchronize:
+    """The periodic copy of a master's topics, consumer offsets, delay offsets and subscription groups."""
+
+    def __init__(self, broker: BrokerController, interval: float | None = None, first_delay: float | None = None):
+        """``interval`` and ``first_delay`` in seconds default to :data:`SYNC_INTERVAL` and
+        :data:`SYNC_FIRST_DELAY`."""
+        self.broker = broker
+        self.interval = SYNC_INTERVAL if interval is None else interval
+        self.first_delay = SYNC_FIRST_DELAY if first_delay is None else first_delay
+        self.client = RemotingClient(broker.reactor, endpoint_factory=client_endpoint_factory(broker.tls.config))
+        self._loop = task.LoopingCall(self.sync_all)
+        self._loop.clock = broker.reactor
+        self._first: Any = None
+
+    @property
+    def master_addr(self) -> str | None:
+        """The master's address as the NameServer last told it, or None before the first registration reply."""
+        return self.broker.registration.master_addr
+
+    def start(self) -> None:
+        self._first = self.broker.reactor.callLater(self.first_delay, self._start_loop)
+
+    def _start_loop(self) -> None:
+        self._first = None
+        self._loop.start(self.interval).addErrback(lambda f: log.failure("slave synchronize stopped", f))
+
+    def stop(self) -> defer.Deferred[Any]:
+        """Stop the loop and close the connections to the master."""
+        if self._first is not None and self._first.active():
+            self._first.cancel()
+        self._first = None
+        if self._loop.running:
+            self._loop.stop()
+        return self.client.close()
+
+    @defer.inlineCallbacks
+    def sync_all(self) -> Any:
+        """One pass over the four tables; fires when it is done (failures are logged, never raised)."""
+        master = self.master_addr
+        if not master or master == self.broker.config.broker_addr:
+            return
+        for step in (self._sync_topic_config, self._sync_consumer_offset, self._sync_delay_offset, self._sync_groups):
+            try:
+                yield step(master)
+            except Exception as e:  # one table failing must not keep the others stale
+                log.error("{step} from master {master} failed: {error!r}", step=step.__name__, master=master, error=e)
+
+    @defer.inlineCallbacks
+    def _fetch(self, addr: str, code: int) -> Any:
+        response = yield self.client.invoke(addr, RemotingCommand.request(code, language="JAVA"), SYNC_TIMEOUT)
+        if response.code != ResponseCode.SUCCESS:
+            raise MasterRefused(f"code {code}: {response.code} {response.remark}")
+        return response.body
+
+    @defer.inlineCallbacks
+    def _sync_topic_config(self, master: str) -> Any:
+        vip = vip_addr(master)
+        try:
+            if vip == self.broker.config.broker_addr:  # ephemeral ports: listenPort-2 may be this very broker
+                raise MasterRefused(f"{vip} is this broker")
+            body = yield self._fetch(vip, RequestCode.GET_ALL_TOPIC_CONFIG)
+        except Exception as e:
+            log.debug("VIP channel of {master} unusable ({error!r}), using its main port", master=master, error=e)
+            body = yield self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
+        wrapper = TopicConfigSerializeWrapper.from_json(fastjson.loads(body))
+        if (yield _replace(self.broker.topics, wrapper.topic_config_table, wrapper.data_version)):
+            log.info("Update slave topic config from master, {master}", master=master)
+
+    @defer.inlineCallbacks
+    def _sync_consumer_offset(self, master: str) -> Any:
+        body = yield self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        offsets = self.broker.offsets
+        offsets.offset_table.update(_parse_offsets(body))
+        offsets.persist()
+        log.info("Update slave consumer offset from master, {master}", master=master)
+
+    @defer.inlineCallbacks
+    def _sync_delay_offset(self, master: str) -> Any:
+        body = yield self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
+        schedule = self.broker.schedule
+        table = _parse_delay_offsets(body)
+        schedule.offset_table.clear()
+        schedule.offset_table.update(table)
+        schedule.persist()
+        log.info("Update slave delay offset from master, {master}", master=master)
+
+    @defer.inlineCallbacks
+    def _sync_groups(self, master: str) -> Any:
+        body = yield self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        wrapper = SubscriptionGroupWrapper.from_json(fastjson.loads(body))
+        if (yield _replace(self.broker.groups, wrapper.subscription_group_table, wrapper.data_version)):
+            log.info("Update slave Subscription Group from master, {master}", master=master)
+
+
+@defer.inlineCallbacks
+def _replace(manager: _VersionedTable, table: dict[str, Any], version: DataVersion) -> Any:
+    """Take the master's table and version unless the versions already match; fires True once it is on disk."""
+    if manager.data_version == version:
+        return False
+    manager.data_version = version
+    manager.table.clear()
+    manager.table.update(table)
+    manager.file.changed()
+    yield manager.file.flush()
+    return True

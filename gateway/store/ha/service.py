@@ -1,0 +1,167 @@
+"""Master side of 4.x replication: HAService accepts slaves on the HA port, one HAConnection each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet import interfaces
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from ..message_store import DefaultMessageStore
+from .codec import TRANSFER_BATCH_SIZE, HAProtocolError, ReportDecoder, encode_transfer_header
+
+log = Logger()
+
+
+@dataclass(slots=True)
+class HAConfig:
+    """The broker keys both ends of the HA link read (times in milliseconds, as in Apache)."""
+
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20000
+    haTransferBatchSize: int = TRANSFER_BATCH_SIZE
+
+
+@implementer(interfaces.IPushProducer)
+class HAConnection(Protocol):
+    """One slave: reads its offset reports, streams the commitlog from the first one on."""
+
+    def __init__(self, service: HAService) -> None:
+        self.service = service
+        self.decoder = ReportDecoder()
+        # -1 until the first report: the master sends nothing before it (WriteSocketService).
+        self.next_transfer_from = -1
+        self.slave_ack_offset = -1
+        self.last_read = self.last_write = 0.0
+        self.paused = False
+
+    def connectionMade(self) -> None:
+        self.last_read = self.last_write = self.service.clock.seconds()
+        self.transport.registerProducer(self, True)
+        self.service.connections.add(self)
+        log.info("HA slave {peer} connected", peer=self.transport.getPeer())
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.service.connections.discard(self)
+        log.info("HA slave {peer} gone: {reason}", peer=self.transport.getPeer(), reason=reason)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.last_read = self.service.clock.seconds()
+        try:
+            offset = self.decoder.feed(data)
+        except HAProtocolError as e:
+            log.warn("HA slave {peer}: {error}", peer=self.transport.getPeer(), error=e)
+            self.transport.abortConnection()
+            return
+        if offset is None:
+            return
+        self.slave_ack_offset = offset
+        if self.next_transfer_from < 0:
+            store = self.service.store
+            if offset == 0:
+                # An empty slave starts at the beginning of the master's last commitlog segment.
+                max_offset = store.commit_log.max_offset
+                offset = max_offset - max_offset % store.commit_log.queue.mapped_file_size
+            self.next_transfer_from = offset
+            self._write(encode_transfer_header(offset, 0))
+        self.transfer()
+
+    # IPushProducer: the transport's buffer is full / drained.
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+        self.transfer()
+
+    def stopProducing(self) -> None:
+        self.paused = True
+
+    def _write(self, data: bytes) -> None:
+        self.transport.write(data)
+        self.last_write = self.service.clock.seconds()
+
+    def transfer(self) -> None:
+        """Send what the slave lacks, one batch per frame, until the transport asks us to pause."""
+        if self.next_transfer_from < 0:
+            return
+        cl = self.service.store.commit_log
+        batch = self.service.config.haTransferBatchSize
+        while not self.paused and self.next_transfer_from < cl.max_offset:
+            start = self.next_transfer_from
+            f = cl.queue.find_mapped_file_by_offset(start)
+            if f is None:
+                log.warn("HA: commitlog offset {offset} is gone; dropping the slave", offset=start)
+                self.transport.abortConnection()
+                return
+            # A frame never spans two segments, as Apache's selectMappedBuffer.
+            size = min(batch, cl.max_offset - start, f.end_offset - start)
+            pos = start - f.file_from_offset
+            self._write(encode_transfer_header(start, size))
+            self._write(f.view[pos : pos + size].tobytes())
+            self.next_transfer_from = start + size
+
+    def tick(self, now: float) -> None:
+        """Housekeeping and header-only heartbeats."""
+        cfg = self.service.config
+        if now - self.last_read > cfg.haHousekeepingInterval / 1000:
+            log.warn("HA slave {peer} silent; dropping it", peer=self.transport.getPeer())
+            self.transport.abortConnection()
+            return
+        if self.next_transfer_from >= 0 and now - self.last_write >= cfg.haSendHeartbeatInterval / 1000:
+            self._write(encode_transfer_header(self.next_transfer_from, 0))
+
+
+class HAService(Factory):
+    """Accepts slaves and pushes new commitlog data to them; ``wakeup`` after appends pushes at once."""
+
+    # Apache's WriteSocketService also polls every 100 ms when nobody wakes it.
+    TICK = 0.1
+
+    def __init__(self, store: DefaultMessageStore, config: HAConfig, clock: Any) -> None:
+        """``clock`` is the reactor (it also listens)."""
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.connections: set[HAConnection] = set()
+        self._loop = LoopingCall(self._tick)
+        self._loop.clock = clock
+        self.port: Any = None
+
+    def buildProtocol(self, addr: Any) -> HAConnection:
+        return HAConnection(self)
+
+    def start(self, port: int, interface: str) -> int:
+        """Listen on ``port`` (0: ephemeral) and start the heartbeat/housekeeping/poll loop; returns the port."""
+        self.port = self.clock.listenTCP(port, self, interface=interface)
+        self._loop.start(self.TICK, now=False)
+        return self.port.getHost().port
+
+    def stop(self) -> Deferred[Any]:
+        """Stop listening and the loop, and drop every slave."""
+        if self._loop.running:
+            self._loop.stop()
+        for conn in list(self.connections):
+            conn.transport.abortConnection()
+        port, self.port = self.port, None
+        return maybeDeferred(port.stopListening) if port is not None else succeed(None)
+
+    def wakeup(self) -> None:
+        """New data was appended: push it to every slave."""
+        for conn in list(self.connections):
+            conn.transfer()
+
+    def slave_ack_offset(self) -> int:
+        """The highest offset any slave reported (push4SlaveMaxOffset), -1 without slaves."""
+        return max((c.slave_ack_offset for c in self.connections), default=-1)
+
+    def _tick(self) -> None:
+        now = self.clock.seconds()
+        for conn in list(self.connections):
+            conn.tick(now)
+            conn.transfer()
