@@ -45,9 +45,9 @@ def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 
 
-def _parse_offsets(data: bytes) -> dict[str, dict[int, int]]:
-    """consumerOffset.json's table, every key a legal ``topic@group`` and every offset an int (else it raises,
-    and the loader reports the file)."""
+def parse_offsets(data: bytes) -> dict[str, dict[int, int]]:
+    """consumerOffset.json's table (and GET_ALL_CONSUMER_OFFSET's body), every key a legal ``topic@group``
+    and every offset an int (else it raises, and the loader reports the file)."""
     table = {}
     for key, queues in (fastjson.loads(data).get("offsetTable") or {}).items():
         topic, _, group = str(key).rpartition("@")
@@ -129,6 +129,17 @@ class _VersionedTable:
         self.table[name] = value
         self.data_version.next_version()
         self.file.changed()
+
+    def replace_all(self, table: dict[str, Any], version: DataVersion) -> defer.Deferred[bool]:
+        """Take another broker's whole table and data version (a slave following its master) unless the
+        versions already match; fires True once it is on disk."""
+        if self.data_version == version:
+            return defer.succeed(False)
+        self.data_version = version
+        self.table.clear()
+        self.table.update(table)
+        self.file.changed()
+        return self.file.flush().addCallback(lambda _: True)
 
     def _remove(self, name: str) -> defer.Deferred[None]:
         """Forget ``name``; fires once the file no longer has it."""
@@ -257,13 +268,18 @@ class ConsumerOffsetManager:
         self._dirty = False
 
     def load(self) -> None:
-        table = load_with_backup(self.path, _parse_offsets)
+        table = load_with_backup(self.path, parse_offsets)
         if table:
             self.offset_table.update(table)
 
     def persist(self) -> None:
         write_atomically(self.path, fastjson.dumps({"offsetTable": self.offset_table}))
         self._dirty = False
+
+    def merge(self, table: dict[str, dict[int, int]]) -> None:
+        """Take another broker's offsets over ours, keeping groups only we know (Java's putAll), and persist."""
+        self.offset_table.update(table)
+        self.persist()
 
     def persist_if_dirty(self) -> None:
         if self._dirty:

@@ -97,13 +97,18 @@ class ScheduleMessageService:
 
     def load(self) -> None:
         """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
-        self.offset_table = load_with_backup(self.path, _parse_delay_offsets) or {}
+        self.offset_table = load_with_backup(self.path, parse_delay_offsets) or {}
         store = self.broker.store
         for level, offset in list(self.offset_table.items()):
             qid = level - 1
             low = store.get_min_offset_in_queue(SCHEDULE_TOPIC, qid)
             high = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
             self.offset_table[level] = min(max(offset, low), high)
+
+    def replace_offsets(self, table: dict[int, int]) -> None:
+        """Take another broker's delay offsets (a slave following its master) and persist them."""
+        self.offset_table = dict(table)
+        self.persist()
 
     def persist(self) -> None:
         write_atomically(self.path, self.encode())
@@ -174,6 +179,6 @@ class ScheduleMessageService:
         return result.ok
 
 
-def _parse_delay_offsets(data: bytes) -> dict[int, int]:
+def parse_delay_offsets(data: bytes) -> dict[int, int]:
     """delayOffset.json: delay level → offset in its schedule queue (a malformed file raises, and is reported)."""
     return {int(k): int(v) for k, v in (fastjson.loads(data).get("offsetTable") or {}).items()}

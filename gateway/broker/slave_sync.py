@@ -18,14 +18,14 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import DataVersion, SubscriptionGroupWrapper, TopicConfigSerializeWrapper
+from gateway.remoting.bodies import SubscriptionGroupWrapper, TopicConfigSerializeWrapper
 from gateway.remoting.client import RemotingClient, split_addr
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.tls.client import client_endpoint_factory
 
-from .managers import _parse_offsets, _VersionedTable
-from .schedule import _parse_delay_offsets
+from .managers import parse_offsets
+from .schedule import parse_delay_offsets
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -115,43 +115,24 @@ class SlaveSynchronize:
             log.debug("VIP channel of {master} unusable ({error!r}), using its main port", master=master, error=e)
             body = yield self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
         wrapper = TopicConfigSerializeWrapper.from_json(fastjson.loads(body))
-        if (yield _replace(self.broker.topics, wrapper.topic_config_table, wrapper.data_version)):
+        if (yield self.broker.topics.replace_all(wrapper.topic_config_table, wrapper.data_version)):
             log.info("Update slave topic config from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_consumer_offset(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        offsets = self.broker.offsets
-        offsets.offset_table.update(_parse_offsets(body))
-        offsets.persist()
+        self.broker.offsets.merge(parse_offsets(body))
         log.info("Update slave consumer offset from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_delay_offset(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
-        schedule = self.broker.schedule
-        table = _parse_delay_offsets(body)
-        schedule.offset_table.clear()
-        schedule.offset_table.update(table)
-        schedule.persist()
+        self.broker.schedule.replace_offsets(parse_delay_offsets(body))
         log.info("Update slave delay offset from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_groups(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         wrapper = SubscriptionGroupWrapper.from_json(fastjson.loads(body))
-        if (yield _replace(self.broker.groups, wrapper.subscription_group_table, wrapper.data_version)):
+        if (yield self.broker.groups.replace_all(wrapper.subscription_group_table, wrapper.data_version)):
             log.info("Update slave Subscription Group from master, {master}", master=master)
-
-
-@defer.inlineCallbacks
-def _replace(manager: _VersionedTable, table: dict[str, Any], version: DataVersion) -> Any:
-    """Take the master's table and version unless the versions already match; fires True once it is on disk."""
-    if manager.data_version == version:
-        return False
-    manager.data_version = version
-    manager.table.clear()
-    manager.table.update(table)
-    manager.file.changed()
-    yield manager.file.flush()
-    return True
