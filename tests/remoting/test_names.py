@@ -78,25 +78,27 @@ def test_system_topics() -> None:
     assert not is_system_topic("%RETRY%g")
 
 
+def _header_fields() -> list[tuple[type[CommandHeader], dataclasses.Field]]:
+    """Every field of every header class."""
+    return [
+        (obj, f)
+        for obj in vars(headers).values()
+        if isinstance(obj, type) and issubclass(obj, CommandHeader) and dataclasses.is_dataclass(obj)
+        for f in dataclasses.fields(obj)
+    ]
+
+
 def _name_fields() -> list[tuple[type[CommandHeader], dataclasses.Field, type]]:
-    out = []
-    for obj in vars(headers).values():
-        if isinstance(obj, type) and issubclass(obj, CommandHeader) and dataclasses.is_dataclass(obj):
-            for f in dataclasses.fields(obj):
-                if f.metadata["kind"] in (Topic, Group):
-                    out.append((obj, f, f.metadata["kind"]))
-    return out
+    return [(cls, f, f.metadata["kind"]) for cls, f in _header_fields() if f.metadata["kind"] in (Topic, Group)]
 
 
 def test_every_topic_and_group_field_is_declared_as_a_name() -> None:
-    for obj in vars(headers).values():
-        if isinstance(obj, type) and issubclass(obj, CommandHeader) and dataclasses.is_dataclass(obj):
-            for f in dataclasses.fields(obj):
-                wire_key = f.metadata["wire"]
-                if wire_key in ("topic", "defaultTopic", "originTopic"):
-                    assert f.metadata["kind"] is Topic, (obj.__name__, wire_key)
-                if wire_key in ("producerGroup", "consumerGroup", "group", "groupName"):
-                    assert f.metadata["kind"] is Group, (obj.__name__, wire_key)
+    for cls, f in _header_fields():
+        wire_key = f.metadata["wire"]
+        if wire_key in ("topic", "defaultTopic", "originTopic"):
+            assert f.metadata["kind"] is Topic, (cls.__name__, wire_key)
+        if wire_key in ("producerGroup", "consumerGroup", "group", "groupName"):
+            assert f.metadata["kind"] is Group, (cls.__name__, wire_key)
 
 
 @pytest.mark.parametrize(("cls", "f", "kind"), _name_fields(), ids=lambda v: getattr(v, "__name__", str(v)))
