@@ -162,14 +162,17 @@ async def test_slave_learns_master_ha_address_from_namesrv(tmp_path: Path, remot
 
 @pytest_twisted.ensureDeferred
 async def test_ha_port_is_listen_port_plus_one_or_ephemeral_when_taken(tmp_path: Path, remoting) -> None:  # noqa: F811
-    blocker = reactor.listenTCP(0, Factory(), interface="127.0.0.1")
-    taken = blocker.getHost().port
-    broker = BrokerUnderTest(tmp_path, remoting, listenPort=str(taken - 1))
-    try:
-        c = broker.start()
-    except CannotListenError:
-        await maybeDeferred(blocker.stopListening)
-        pytest.skip(f"port {taken - 1} is in use")
+    for attempt in range(20):  # an ephemeral port whose neighbour below is free too
+        blocker = reactor.listenTCP(0, Factory(), interface="127.0.0.1")
+        taken = blocker.getHost().port
+        broker = BrokerUnderTest(tmp_path / str(attempt), remoting, listenPort=str(taken - 1))
+        try:
+            c = broker.start()
+            break
+        except CannotListenError:
+            await maybeDeferred(blocker.stopListening)
+    else:
+        pytest.fail("no free pair of neighbouring ports in 20 tries")
     try:
         assert c.config.haListenPort not in (taken, 0)
         await maybeDeferred(blocker.stopListening)
