@@ -88,6 +88,12 @@ class BrokerConfig:
     haSendHeartbeatInterval: int = 5000
     haHousekeepingInterval: int = 20000
     haTransferBatchSize: int = 32 * 1024
+    # SYNC_MASTER: a send waits up to slaveTimeout ms for a slave (FLUSH_SLAVE_TIMEOUT after), and none is
+    # waited for (SLAVE_NOT_AVAILABLE) when no slave is connected within the gap: haMaxGapNotInSync (5.x)
+    # or haSlaveFallbehindMax (its 4.x name), whichever is smaller, 256 MiB by default.
+    slaveTimeout: int = 3000
+    haMaxGapNotInSync: int = 256 * 1024 * 1024
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
 
     def __post_init__(self) -> None:
         if not self.brokerIP1:
@@ -112,6 +118,10 @@ class BrokerConfig:
     def is_slave(self) -> bool:
         return self.brokerRole == "SLAVE"
 
+    @property
+    def is_sync_master(self) -> bool:
+        return self.brokerRole == "SYNC_MASTER"
+
 
 def load_broker_config(
     path: str | None = None, overrides: dict[str, str] | None = None
@@ -126,6 +136,7 @@ def load_broker_config(
     if overrides:
         apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()
+    _check_role(broker, store, path, overrides or {})
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))
@@ -135,3 +146,24 @@ def load_broker_config(
     if "NAMESRV_ADDR" in os.environ and not broker.namesrvAddr:
         broker.namesrvAddr = os.environ["NAMESRV_ADDR"]
     return broker, store
+
+
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+
+
+def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:
+    """BrokerStartup's rules: a known role, a master's brokerId forced to 0, a slave's above 0."""
+
+    def source(key: str) -> str:
+        return "command line" if key in overrides or not path else path
+
+    if broker.brokerRole not in BROKER_ROLES:
+        raise ConfigError(
+            f"{source('brokerRole')}: key brokerRole: {broker.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
+        )
+    store.brokerRole = broker.brokerRole
+    if broker.is_slave:
+        if broker.brokerId <= 0:
+            raise ConfigError(f"{source('brokerId')}: key brokerId: Slave's brokerId must be > 0")
+    else:
+        broker.brokerId = 0

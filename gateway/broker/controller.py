@@ -27,6 +27,7 @@ from gateway.remoting.message import pack_host
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
 from gateway.store.clean_service import CleanService
 from gateway.store.config import StoreConfig
+from gateway.store.durability import PutWaiter, put_waiter
 from gateway.store.flush import FlushService
 from gateway.store.ha.client import HAClient
 from gateway.store.ha.service import HAConfig, HAService
@@ -131,7 +132,8 @@ class BrokerController(service.Service):
         self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None
         self.clean_service: CleanService | None = None
-        self.sync_flush_waiter: Any = None
+        # Set at start under SYNC_FLUSH or SYNC_MASTER: a put's end offset → its final PutMessageStatus.
+        self.put_waiter: PutWaiter | None = None
         self.store_host = b""
         self.ports: list[Any] = []
         self._loops: list[task.LoopingCall] = []
@@ -167,8 +169,10 @@ class BrokerController(service.Service):
         self.flush_service.start()
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
-        if self.store_config.flushDiskType == "SYNC_FLUSH":
-            self.sync_flush_waiter = self.flush_service.wait_for_flush
+        self.put_waiter = put_waiter(
+            self.flush_service if self.store_config.flushDiskType == "SYNC_FLUSH" else None,
+            self.ha_service if self.config.is_sync_master else None,
+        )
         period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
         self._registered = self.registration.register_all()
         self._every(period, self.registration.register_all, now=False)
@@ -227,7 +231,13 @@ class BrokerController(service.Service):
     def _start_ha(self, configured_port: int) -> None:
         """Master: listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort). Slave: follow."""
         cfg = self.config
-        ha = HAConfig(cfg.haSendHeartbeatInterval, cfg.haHousekeepingInterval, cfg.haTransferBatchSize)
+        ha = HAConfig(
+            cfg.haSendHeartbeatInterval,
+            cfg.haHousekeepingInterval,
+            cfg.haTransferBatchSize,
+            cfg.slaveTimeout,
+            min(cfg.haMaxGapNotInSync, cfg.haSlaveFallbehindMax),
+        )
         if cfg.is_slave:
             self.ha_client = HAClient(
                 self.store, ha, self.reactor, lambda: cfg.haMasterAddress or self.registration.ha_master_addr or ""

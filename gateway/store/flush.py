@@ -8,7 +8,6 @@ previous finishes while anyone waits, and a waiter not covered within ``syncFlus
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Generator
 from typing import Any
 
@@ -22,6 +21,7 @@ from twisted.python.threadpool import ThreadPool
 from .config import StoreConfig
 from .mapped_file import OS_PAGE_SIZE
 from .message_store import DefaultMessageStore
+from .waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,7 @@ class FlushService:
         self._cq_d: defer.Deferred[None] | None = None
         self._last_commit_thorough = 0.0
         self._last_cq_thorough = 0.0
-        # (offset, deadline, deferred) in arrival order; deadlines are therefore ascending too.
-        self._waiters: deque[tuple[int, float, defer.Deferred[bool]]] = deque()
-        self._timer: Any = None
+        self._waiters = OffsetWaiters(reactor)
         self._shutdown_trigger: Any = None
         self._stopping: defer.Deferred[None] | None = None
 
@@ -118,10 +116,10 @@ class FlushService:
         if self._waiters:
             try:
                 flushed = yield deferToThreadPool(self.reactor, self.pool, self.store.flush)
-                self._release_waiters(flushed)
+                self._waiters.release(flushed)
             except Exception:
                 log.exception("final commitlog flush failed")
-        self._expire(everything=True)
+        self._waiters.expire(everything=True)
         if self._own_pool:
             self.pool.stop()
 
@@ -149,7 +147,7 @@ class FlushService:
 
     def _commit_log_flushed(self, flushed: int) -> None:
         self._commit_d = None
-        self._release_waiters(flushed)
+        self._waiters.release(flushed)
         if self._waiters and self.running:
             self._flush_commit_log()
 
@@ -164,39 +162,9 @@ class FlushService:
             return defer.succeed(True)
         if not self.running:
             return defer.succeed(False)
-        d: defer.Deferred[bool] = defer.Deferred()
-        timeout = self.config.syncFlushTimeout / 1000
-        self._waiters.append((offset, self.reactor.seconds() + timeout, d))
-        if self._timer is None:
-            self._timer = self.reactor.callLater(timeout, self._expire)
+        d = self._waiters.wait(offset, self.config.syncFlushTimeout / 1000)
         self._flush_commit_log()
         return d
-
-    def _release_waiters(self, flushed: int) -> None:
-        if not self._waiters:
-            return
-        done = [w for w in self._waiters if w[0] <= flushed]
-        if not done:
-            return
-        self._waiters = deque(w for w in self._waiters if w[0] > flushed)
-        if not self._waiters and self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        for _, _, d in done:  # fired last: a callback may register a new waiter
-            d.callback(True)
-
-    def _expire(self, everything: bool = False) -> None:
-        if self._timer is not None and self._timer.active():
-            self._timer.cancel()
-        self._timer = None
-        now = self.reactor.seconds()
-        expired = []
-        while self._waiters and (everything or self._waiters[0][1] <= now):
-            expired.append(self._waiters.popleft())
-        if self._waiters:
-            self._timer = self.reactor.callLater(max(self._waiters[0][1] - now, 0), self._expire)
-        for _, _, d in expired:
-            d.callback(False)
 
     # -- consume queues ------------------------------------------------------------------------------------
 

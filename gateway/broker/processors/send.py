@@ -52,6 +52,7 @@ DLQ_NUMS_PER_GROUP = 1
 _UNIT_SUB_FLAG = 0x2
 _RW = PermName.PERM_READ | PermName.PERM_WRITE
 _TAGS = MessageConst.TAGS + "\x01"
+_WAIT = MessageConst.WAIT_STORE_MSG_OK + "\x01"
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
 # PutMessageStatus → (response code, remark)
@@ -231,7 +232,7 @@ class SendMessageProcessor:
                 store_host=broker.store_host,
                 reconsume_times=header.reconsume_times or 0,
             )
-            return self._respond(request, broker.store.put_message(msg), msg.queue_id, ext)
+            return self._respond(request, broker.store.put_message(msg), msg.queue_id, ext, raw)
         props = string_to_properties(raw)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             routed = self._retry_to_dlq(header, request, props)
@@ -268,7 +269,7 @@ class SendMessageProcessor:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
         # The answer names the requested queue even when the message is parked in a system queue.
-        return self._respond(request, result, queue_id, ext)
+        return self._respond(request, result, queue_id, ext, header.properties)
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
@@ -364,10 +365,15 @@ class SendMessageProcessor:
                 )
             )
         result = broker.store.put_messages(msgs)
-        return self._respond(request, result, queue_id, ext)
+        return self._respond(request, result, queue_id, ext, header.properties)
 
     def _respond(
-        self, request: RemotingCommand, result: PutMessageResult, queue_id: int, ext: dict[str, str]
+        self,
+        request: RemotingCommand,
+        result: PutMessageResult,
+        queue_id: int,
+        ext: dict[str, str],
+        properties: str | None,
     ) -> RemotingCommand | Deferred[Any]:
         code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, str(result.status)))
         if code != ResponseCode.SUCCESS or result.append is None:
@@ -377,18 +383,21 @@ class SendMessageProcessor:
         ext["msgId"] = append.msg_id
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(append.logics_offset)
-        flush = self.broker.sync_flush_waiter
-        if flush is None:
+        wait = self.broker.put_waiter
+        if wait is None or not wait_store_msg_ok(properties):
             return request.response(ResponseCode.SUCCESS, None, ext)
-        # SYNC_FLUSH: answer once the bytes are durable, FLUSH_DISK_TIMEOUT if that takes too long.
-        d = flush(append.wrote_offset + append.wrote_bytes)
-        return d.addCallback(
-            lambda ok: request.response(
-                ResponseCode.SUCCESS if ok else ResponseCode.FLUSH_DISK_TIMEOUT,
-                None if ok else "flush disk timeout",
-                ext,
-            )
-        )
+        # SYNC_FLUSH / SYNC_MASTER: answer once the bytes are on disk / on a slave. A timeout still reports
+        # the message stored (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE), remark null.
+        d = wait(append.wrote_offset + append.wrote_bytes)
+        return d.addCallback(lambda status: request.response(_STATUS_CODES[status][0], None, ext))
+
+
+def wait_store_msg_ok(properties: str | None) -> bool:
+    """Message.isWaitStoreMsgOK: unless its WAIT property says otherwise (Boolean.parseBoolean)."""
+    if not properties or _WAIT not in properties:
+        return True
+    value = property_value(properties, _WAIT)
+    return value is None or value.lower() == "true"
 
 
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:

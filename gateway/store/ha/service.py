@@ -13,6 +13,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from ..message_store import DefaultMessageStore
+from ..waiters import OffsetWaiters
 from .codec import TRANSFER_BATCH_SIZE, HAProtocolError, ReportDecoder, encode_transfer_header
 
 log = Logger()
@@ -25,6 +26,8 @@ class HAConfig:
     haSendHeartbeatInterval: int = 5000
     haHousekeepingInterval: int = 20000
     haTransferBatchSize: int = TRANSFER_BATCH_SIZE
+    slaveTimeout: int = 3000
+    haMaxGapNotInSync: int = 256 * 1024 * 1024
 
 
 @implementer(interfaces.IPushProducer)
@@ -61,6 +64,7 @@ class HAConnection(Protocol):
         if offset is None:
             return
         self.slave_ack_offset = offset
+        self.service.slave_reported(offset)
         if self.next_transfer_from < 0:
             store = self.service.store
             if offset == 0:
@@ -118,7 +122,10 @@ class HAConnection(Protocol):
 
 
 class HAService(Factory):
-    """Accepts slaves and pushes new commitlog data to them; ``wakeup`` after appends pushes at once."""
+    """Accepts slaves and pushes new commitlog data to them; ``wakeup`` after appends pushes at once.
+
+    For SYNC_MASTER it also answers sends waiting for a slave (``wait_for_replica``, GroupTransferService).
+    """
 
     # Apache's WriteSocketService also polls every 100 ms when nobody wakes it.
     TICK = 0.1
@@ -129,6 +136,9 @@ class HAService(Factory):
         self.config = config
         self.clock = clock
         self.connections: set[HAConnection] = set()
+        # push2SlaveMaxOffset: the highest offset any slave ever reported.
+        self.push_to_slave_max_offset = 0
+        self._replica_waiters = OffsetWaiters(clock)
         self._loop = LoopingCall(self._tick)
         self._loop.clock = clock
         self.port: Any = None
@@ -148,6 +158,7 @@ class HAService(Factory):
             self._loop.stop()
         for conn in list(self.connections):
             conn.transport.abortConnection()
+        self._replica_waiters.expire(everything=True)
         port, self.port = self.port, None
         return maybeDeferred(port.stopListening) if port is not None else succeed(None)
 
@@ -157,8 +168,29 @@ class HAService(Factory):
             conn.transfer()
 
     def slave_ack_offset(self) -> int:
-        """The highest offset any slave reported (push4SlaveMaxOffset), -1 without slaves."""
+        """The highest offset a connected slave reported, -1 without slaves."""
         return max((c.slave_ack_offset for c in self.connections), default=-1)
+
+    def slave_reported(self, offset: int) -> None:
+        """A slave holds the commitlog up to ``offset``: answer the sends that waited for it."""
+        if offset > self.push_to_slave_max_offset:
+            self.push_to_slave_max_offset = offset
+            self._replica_waiters.release(offset)
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        """A slave is connected and at most ``haMaxGapNotInSync`` behind ``master_put_where`` (isSlaveOK)."""
+        return (
+            bool(self.connections) and master_put_where - self.push_to_slave_max_offset < self.config.haMaxGapNotInSync
+        )
+
+    def wait_for_replica(self, offset: int) -> Deferred[bool]:
+        """True once a slave reports ``offset``, False after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT)."""
+        if self.push_to_slave_max_offset >= offset:
+            return succeed(True)
+        if self.port is None:
+            return succeed(False)
+        # The append that made ``offset`` already woke the transfer (wakeup).
+        return self._replica_waiters.wait(offset, self.config.slaveTimeout / 1000)
 
     def _tick(self) -> None:
         now = self.clock.seconds()

@@ -1,0 +1,65 @@
+"""Sends waiting for the commitlog to reach an offset somewhere: on disk (SYNC_FLUSH) or on a slave (SYNC_MASTER).
+
+Apache's GroupCommitService and GroupTransferService: each waiter wants an offset and has a deadline; one
+event (an fsync done, a slave's report) answers every waiter it covers, and one timer answers the rest
+with False as their deadlines pass. Nothing blocks: a waiter is a Deferred.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from twisted.internet import defer
+
+
+class OffsetWaiters:
+    """Deferreds that fire True once ``release`` reaches their offset, False at their deadline."""
+
+    __slots__ = ("_clock", "_timer", "_waiters")
+
+    def __init__(self, clock: Any) -> None:
+        self._clock = clock
+        # (offset, deadline, deferred) in arrival order; with one timeout, deadlines ascend too.
+        self._waiters: deque[tuple[int, float, defer.Deferred[bool]]] = deque()
+        self._timer: Any = None
+
+    def __bool__(self) -> bool:
+        return bool(self._waiters)
+
+    def wait(self, offset: int, timeout: float) -> defer.Deferred[bool]:
+        """A Deferred for ``offset``: True once released up to it, False after ``timeout`` seconds."""
+        d: defer.Deferred[bool] = defer.Deferred()
+        self._waiters.append((offset, self._clock.seconds() + timeout, d))
+        if self._timer is None:
+            self._timer = self._clock.callLater(timeout, self.expire)
+        return d
+
+    def release(self, reached: int) -> None:
+        """Everything up to ``reached`` is there: answer True to the waiters it covers."""
+        waiters = self._waiters
+        if not waiters:
+            return
+        done = [w for w in waiters if w[0] <= reached]
+        if not done:
+            return
+        self._waiters = deque(w for w in waiters if w[0] > reached)
+        if not self._waiters and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for _, _, d in done:  # fired last: a callback may add a new waiter
+            d.callback(True)
+
+    def expire(self, everything: bool = False) -> None:
+        """Answer False to the waiters past their deadline (all of them with ``everything``)."""
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        now = self._clock.seconds()
+        expired = []
+        while self._waiters and (everything or self._waiters[0][1] <= now):
+            expired.append(self._waiters.popleft())
+        if self._waiters:
+            self._timer = self._clock.callLater(max(self._waiters[0][1] - now, 0), self.expire)
+        for _, _, d in expired:
+            d.callback(False)

@@ -1,0 +1,175 @@
+"""SYNC_MASTER: a send is acknowledged once a slave holds it, with RocketMQ's statuses when it cannot be."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_twisted
+from twisted.internet import task
+from twisted.internet.defer import Deferred, succeed
+
+from gateway.broker.config import load_broker_config
+from gateway.config import ConfigError
+from gateway.remoting.codes import ResponseCode
+from gateway.remoting.message import decode_offset_message_id
+from gateway.store.api import PutMessageStatus
+from gateway.store.durability import put_waiter
+from gateway.store.waiters import OffsetWaiters
+from tests.broker.conftest import BrokerUnderTest, make_broker, remoting, sleep  # noqa: F401
+from tests.broker.test_broker_server import create_topic, send
+from tests.ha.test_replication import TOPIC, caught_up
+
+
+@pytest_twisted.async_yield_fixture
+async def sync_pair(make_broker) -> AsyncIterator[tuple[BrokerUnderTest, BrokerUnderTest]]:  # noqa: F811
+    """A started SYNC_MASTER (slaveTimeout 600 ms) with topic HaTopic, and its slave, not started."""
+    master = make_broker(brokerName="broker-sync", brokerRole="SYNC_MASTER", slaveTimeout="600")
+    master.overrides["storePathRootDir"] = str(master.root / "master")
+    m = master.start()
+    slave = make_broker(
+        storePathRootDir=str(master.root / "slave"),
+        brokerName="broker-sync",
+        brokerRole="SLAVE",
+        brokerId="1",
+        haMasterAddress=f"127.0.0.1:{m.config.haListenPort}",
+        haSendHeartbeatInterval="200",
+    )
+    try:
+        await create_topic(master, TOPIC)
+        yield master, slave
+    finally:
+        await slave.stop()
+        await master.stop()
+
+
+async def linked(master: BrokerUnderTest, timeout: float = 8.0) -> None:
+    """Until the master has a slave that has reported."""
+    ha = master.controller.ha_service
+    deadline = time.monotonic() + timeout
+    while not any(c.slave_ack_offset >= 0 for c in ha.connections):
+        assert time.monotonic() < deadline, "slave never connected"
+        await sleep(0.02)
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_a_slave_the_send_is_stored_and_answered_slave_not_available(sync_pair) -> None:
+    master, _ = sync_pair
+    resp = await send(master, TOPIC, b"alone", {})
+    assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE and resp.remark is None
+    # Stored all the same: the client's SendResult carries the id and offset (sendOK in Apache).
+    assert decode_offset_message_id(resp.ext_fields["msgId"])[1] == 0
+    assert resp.ext_fields["queueOffset"] == "0"
+    assert master.controller.store.get_max_offset_in_queue(TOPIC, 0) == 1
+    # WAIT=false: nothing is waited for.
+    resp = await send(master, TOPIC, b"no wait", {"WAIT": "false"})
+    assert resp.code == ResponseCode.SUCCESS
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_is_answered_once_the_slave_holds_it(sync_pair) -> None:
+    master, slave = sync_pair
+    s = slave.start()
+    await linked(master)
+    for i in range(30):
+        resp = await send(master, TOPIC, b"m%d" % i * 50, {}, queue_id=i % 4)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        # Acknowledged means replicated: the slave's commitlog already reaches past this record.
+        phy = decode_offset_message_id(resp.ext_fields["msgId"])[1]
+        assert s.store.commit_log.max_offset > phy
+    await caught_up(master.controller, s)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stalled_slave_gives_flush_slave_timeout_without_blocking_others(sync_pair) -> None:
+    master, slave = sync_pair
+    s = slave.start()
+    await linked(master)
+    link = s.ha_client.link
+    link.transport.pauseProducing()  # the slave reads (and so reports) nothing more
+    try:
+        started = time.monotonic()
+        waiting = send(master, TOPIC, b"x" * 1000, {})
+        # Meanwhile the reactor serves everyone else: a send that does not wait is answered at once.
+        quick = await send(master, TOPIC, b"quick", {"WAIT": "false"})
+        assert quick.code == ResponseCode.SUCCESS
+        assert time.monotonic() - started < 0.5
+        resp = await waiting
+        assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT and resp.remark is None
+        assert 0.5 <= time.monotonic() - started < 3
+        assert "msgId" in resp.ext_fields
+    finally:
+        link.transport.resumeProducing()
+    await caught_up(master.controller, s)  # the slave gets it all once it reads again
+    resp = await send(master, TOPIC, b"after", {})
+    assert resp.code == ResponseCode.SUCCESS
+
+
+def test_offset_waiters_release_and_expire_in_order() -> None:
+    clock = task.Clock()
+    waiters = OffsetWaiters(clock)
+    got: list[tuple[int, bool]] = []
+    for offset in (10, 20, 30):
+        waiters.wait(offset, 1.0).addCallback(lambda ok, o=offset: got.append((o, ok)))
+        clock.advance(0.3)
+    waiters.release(20)
+    assert got == [(10, True), (20, True)]
+    clock.advance(0.5)  # 30 was asked at 0.6, due at 1.6; now is 1.4
+    assert len(got) == 2
+    clock.advance(0.25)
+    assert got[-1] == (30, False) and not waiters and not clock.getDelayedCalls()
+
+
+class _Replica:
+    def __init__(self, slave_ok: bool, acked: bool) -> None:
+        self.slave_ok, self.acked = slave_ok, acked
+
+    def is_slave_ok(self, _end: int) -> bool:
+        return self.slave_ok
+
+    def wait_for_replica(self, _end: int) -> Deferred[bool]:
+        return succeed(self.acked)
+
+
+class _Flush:
+    def __init__(self, flushed: bool) -> None:
+        self.flushed = flushed
+
+    def wait_for_flush(self, _end: int) -> Deferred[bool]:
+        return succeed(self.flushed)
+
+
+@pytest.mark.parametrize(
+    ("flushed", "slave_ok", "acked", "status"),
+    [
+        (True, True, True, PutMessageStatus.PUT_OK),
+        (False, True, True, PutMessageStatus.FLUSH_DISK_TIMEOUT),
+        (True, True, False, PutMessageStatus.FLUSH_SLAVE_TIMEOUT),
+        (False, True, False, PutMessageStatus.FLUSH_SLAVE_TIMEOUT),  # the replica's status wins, as in Apache
+        (False, False, True, PutMessageStatus.SLAVE_NOT_AVAILABLE),
+    ],
+)
+def test_flush_and_replica_statuses_combine_as_apache(
+    flushed: bool, slave_ok: bool, acked: bool, status: PutMessageStatus
+) -> None:
+    wait = put_waiter(_Flush(flushed), _Replica(slave_ok, acked))  # type: ignore[arg-type]
+    assert wait is not None
+    got = []
+    wait(100).addCallback(got.append)
+    assert got == [status]
+    assert put_waiter(None, None) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"brokerRole": "SYNC_MASTR"}, "key brokerRole: 'SYNC_MASTR' is not one of"),
+        ({"brokerRole": "SLAVE"}, "key brokerId: Slave's brokerId must be > 0"),
+    ],
+)
+def test_role_settings_are_checked_as_broker_startup_does(overrides: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_broker_config(None, overrides)
+    broker, store = load_broker_config(None, {"brokerRole": "SYNC_MASTER", "brokerId": "3"})
+    assert (broker.brokerId, store.brokerRole) == (0, "SYNC_MASTER")  # a master is always 0
