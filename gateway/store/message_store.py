@@ -312,6 +312,29 @@ class DefaultMessageStore:
         self._reput()
         return True
 
+    @property
+    def replicated_whole_records_end(self) -> int:
+        """Slave: where the last whole record replicated (and dispatched) ends; a partial one may follow."""
+        return self._reput_from
+
+    def truncate_files(self, offset: int) -> int:
+        """Cut the commitlog at ``offset`` (a record boundary) and whatever was dispatched from beyond it
+        (consume queues, index, the topic queue table); replicated bytes are then appended from there.
+        Apache 5's truncateFiles, for a broker that follows a new master. Returns the bytes cut."""
+        cl = self.commit_log
+        offset = max(offset, cl.min_offset)
+        cut = 0
+        if offset < cl.max_offset:
+            cut, _ = cl.queue.truncate_dirty_files(offset, always_zero=True)
+            cl.tail = (offset, cl.tail[1])
+            for cq in self.consume_queue_table.values():
+                if cq.max_physic_offset > offset:
+                    cq.truncate_dirty_logic_files(offset)
+            self.index_service.truncate(offset)
+            self._rebuild_topic_queue_table()
+        self._reput_from = offset
+        return cut
+
     def _reput(self) -> None:
         """Dispatch the whole records between the last dispatched offset and the commitlog's end."""
         cl = self.commit_log

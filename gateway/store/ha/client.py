@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.remoting.client import EndpointFactory, split_addr, tcp_endpoint
+
 from ..message_store import DefaultMessageStore
-from .codec import HAProtocolError, TransferDecoder, encode_report
+from .codec import HAProtocolError, TransferDecoder, encode_identity, encode_report
 from .service import HAConfig
 
 log = Logger()
@@ -20,14 +21,17 @@ log = Logger()
 class HAClientProtocol(Protocol):
     """One link to the master: reports the slave's max offset, appends each transfer at its offset."""
 
-    def __init__(self, client: HAClient) -> None:
+    def __init__(self, client: HAClient, address: str = "") -> None:
         self.client = client
+        self.address = address  # the master's HA address this link was made to
         self.decoder = TransferDecoder(max(client.config.haTransferBatchSize, 4 * 1024 * 1024))
         self.last_read = self.last_write = 0.0
 
     def connectionMade(self) -> None:
         self.last_read = self.client.clock.seconds()
         self.client.link = self
+        if self.client.broker_id is not None:
+            self.transport.write(encode_identity(self.client.broker_id))
         # Apache waits one heartbeat interval before the first report; reporting at once only saves time.
         self.report()
 
@@ -75,18 +79,27 @@ class HAClient:
     """Keeps one link to the master's HA address, reconnecting every heartbeat interval.
 
     ``master_address`` returns ``host:port`` (haMasterAddress, or what the NameServer said), "" if unknown.
+    ``broker_id`` (controller mode) is sent first on every link so that the master knows the slave.
     """
 
     TICK = 1.0
 
     def __init__(
-        self, store: DefaultMessageStore, config: HAConfig, reactor: Any, master_address: Callable[[], str]
+        self,
+        store: DefaultMessageStore,
+        config: HAConfig,
+        reactor: Any,
+        master_address: Callable[[], str],
+        endpoint_factory: EndpointFactory = tcp_endpoint,
     ) -> None:
         self.store = store
         self.config = config
         self.reactor = reactor
         self.clock = reactor
         self.master_address = master_address
+        # TLS when the broker's client settings turn it on (tlsEnable), as for its other links.
+        self.endpoint_factory = endpoint_factory
+        self.broker_id: int | None = None
         self.link: HAClientProtocol | None = None
         self._connecting = False
         self._last_attempt = float("-inf")
@@ -107,6 +120,10 @@ class HAClient:
     def _tick(self) -> None:
         now = self.clock.seconds()
         if self.link is not None:
+            if self.link.address != self.master_address():
+                log.info("HA master address changed; dropping the link to {old}", old=self.link.address)
+                self.link.transport.abortConnection()
+                return
             self.link.tick(now)
             return
         address = self.master_address()
@@ -115,10 +132,10 @@ class HAClient:
         if now - self._last_attempt < self.config.haSendHeartbeatInterval / 1000:
             return
         self._last_attempt = now
-        host, _, port = address.rpartition(":")
+        host, port = split_addr(address)
         self._connecting = True
-        d = TCP4ClientEndpoint(self.reactor, host, int(port), timeout=3).connect(
-            Factory.forProtocol(lambda: HAClientProtocol(self))
+        d = self.endpoint_factory(self.reactor, host, port).connect(
+            Factory.forProtocol(lambda: HAClientProtocol(self, address))
         )
 
         def done(result: Any) -> None:

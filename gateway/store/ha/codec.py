@@ -1,6 +1,8 @@
 """Sans-IO codec of the 4.x HA stream (HAConnection/HAClient in Apache 4.9.8).
 
-Slave to master: an 8-byte big-endian report of the slave's max commitlog offset.
+Slave to master: an 8-byte big-endian report of the slave's max commitlog offset. Ours, in controller mode
+only: a negative value ``-1 - brokerId`` first, so that the master knows which broker of its SyncStateSet the
+link is (Apache 5 has its own handshake for that; a 4.x master never receives it).
 Master to slave: frames ``[8-byte phyOffset][4-byte size][size bytes of raw commitlog]``; size 0 is a
 header-only heartbeat.
 """
@@ -27,6 +29,11 @@ def encode_report(max_offset: int) -> bytes:
     return REPORT.pack(max_offset)
 
 
+def encode_identity(broker_id: int) -> bytes:
+    """Controller mode: the slave's broker id, sent before its first report."""
+    return REPORT.pack(-1 - broker_id)
+
+
 def encode_transfer_header(phy_offset: int, size: int) -> bytes:
     """Header of a master frame carrying ``size`` bytes of commitlog from ``phy_offset``."""
     return TRANSFER_HEADER.pack(phy_offset, size)
@@ -41,7 +48,7 @@ class Transfer:
 
 
 class ReportDecoder:
-    """Master side: splits the slave's bytes into reports.
+    """Master side: splits the slave's bytes into reports (and its identity, in controller mode).
 
     As Apache's ReadSocketService does, only the newest complete report of a read counts; older ones in
     the same read are superseded.
@@ -49,6 +56,8 @@ class ReportDecoder:
 
     def __init__(self) -> None:
         self._buffer = bytearray()
+        self.slave_broker_id: int | None = None
+        self._reported = False
 
     def feed(self, data: bytes) -> int | None:
         """Add received bytes; return the newest complete report, or None if none completed."""
@@ -57,10 +66,23 @@ class ReportDecoder:
         if not complete:
             return None
         (offset,) = REPORT.unpack_from(self._buffer, complete - REPORT.size)
+        if offset < 0 or (not self._reported and complete > REPORT.size):
+            offset = self._identities(complete)
         del self._buffer[:complete]
-        if offset < 0:
-            raise HAProtocolError(f"negative slave offset {offset}")
+        if offset is not None:
+            self._reported = True
         return offset
+
+    def _identities(self, complete: int) -> int | None:
+        newest = None
+        for (value,) in REPORT.iter_unpack(bytes(self._buffer[:complete])):
+            if value >= 0:
+                newest = value
+            elif self.slave_broker_id is None and newest is None and not self._reported:
+                self.slave_broker_id = -1 - value
+            else:
+                raise HAProtocolError(f"negative slave offset {value}")
+        return newest
 
 
 class TransferDecoder:

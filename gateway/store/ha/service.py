@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,7 @@ class HAConnection(Protocol):
         if offset is None:
             return
         self.slave_ack_offset = offset
-        self.service.slave_reported(offset)
+        self.service.slave_reported(offset, self)
         if self.next_transfer_from < 0:
             store = self.service.store
             if offset == 0:
@@ -139,6 +140,9 @@ class HAService(Factory):
         # push2SlaveMaxOffset: the highest offset any slave ever reported.
         self.push_to_slave_max_offset = 0
         self._replica_waiters = OffsetWaiters(clock)
+        # Controller mode: slaves that named themselves (encode_identity), and who is told of their reports.
+        self.caught_up_at: dict[int, float] = {}
+        self.on_slave_report: Callable[[int, int], None] | None = None
         self._loop = LoopingCall(self._tick)
         self._loop.clock = clock
         self.port: Any = None
@@ -146,9 +150,11 @@ class HAService(Factory):
     def buildProtocol(self, addr: Any) -> HAConnection:
         return HAConnection(self)
 
-    def start(self, port: int, interface: str) -> int:
-        """Listen on ``port`` (0: ephemeral) and start the heartbeat/housekeeping/poll loop; returns the port."""
-        self.port = self.clock.listenTCP(port, self, interface=interface)
+    def start(self, port: int, interface: str, wrap: Callable[[Factory], Any] | None = None) -> int:
+        """Listen on ``port`` (0: ephemeral) and start the heartbeat/housekeeping/poll loop; returns the port.
+
+        ``wrap`` (the broker's TLS server) serves the link over TLS as its mode says."""
+        self.port = self.clock.listenTCP(port, wrap(self) if wrap is not None else self, interface=interface)
         self._loop.start(self.TICK, now=False)
         return self.port.getHost().port
 
@@ -171,11 +177,18 @@ class HAService(Factory):
         """The highest offset a connected slave reported, -1 without slaves."""
         return max((c.slave_ack_offset for c in self.connections), default=-1)
 
-    def slave_reported(self, offset: int) -> None:
+    def slave_reported(self, offset: int, conn: HAConnection | None = None) -> None:
         """A slave holds the commitlog up to ``offset``: answer the sends that waited for it."""
         if offset > self.push_to_slave_max_offset:
             self.push_to_slave_max_offset = offset
             self._replica_waiters.release(offset)
+        broker_id = conn.decoder.slave_broker_id if conn is not None else None
+        if broker_id is not None:
+            # Controller mode: when each slave last held everything (connectionCaughtUpTimeTable).
+            if offset >= self.store.commit_log.max_offset:
+                self.caught_up_at[broker_id] = self.clock.seconds()
+            if self.on_slave_report is not None:
+                self.on_slave_report(broker_id, offset)
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A slave is connected and at most ``haMaxGapNotInSync`` behind ``master_put_where`` (isSlaveOK)."""
