@@ -91,6 +91,22 @@ class BrokerConfig:
     # SYNC_MASTER: a send waits up to slaveTimeout ms for a slave (FLUSH_SLAVE_TIMEOUT after), and none is
     # waited for (SLAVE_NOT_AVAILABLE) when no slave is connected within the gap: haMaxGapNotInSync (5.x)
     # or haSlaveFallbehindMax (its 4.x name), whichever is smaller, 256 MiB by default.
+    # 5.x controller mode (gateway.broker.replicas): the controller elects the master of the group; brokerRole
+    # then only says whether a master waits for its SyncStateSet (SYNC_MASTER) or not.
+    enableControllerMode: bool = False
+    controllerAddr: str = ""  # ';'-separated controller remoting addresses
+    brokerHeartbeatInterval: int = 1000
+    controllerHeartBeatTimeoutMills: int = 10000
+    checkSyncStateSetPeriod: int = 5000
+    syncControllerMetadataPeriod: int = 10000
+    brokerElectionPriority: int = 2**31 - 1
+    haMaxTimeSlaveNotCatchup: int = 15000
+    # A controller-mode SYNC_MASTER acknowledges a send once inSyncReplicas replicas (itself included) hold it,
+    # or every member of the SyncStateSet with allAckInSyncStateSet; with fewer than minInSyncReplicas members
+    # in the SyncStateSet it refuses sends ("in-sync replicas not enough"), as RocketMQ 5.
+    inSyncReplicas: int = 1
+    minInSyncReplicas: int = 1
+    allAckInSyncStateSet: bool = False
     slaveTimeout: int = 3000
     haMaxGapNotInSync: int = 256 * 1024 * 1024
     haSlaveFallbehindMax: int = 256 * 1024 * 1024
@@ -117,6 +133,10 @@ class BrokerConfig:
     @property
     def is_slave(self) -> bool:
         return self.brokerRole == "SLAVE"
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in self.controllerAddr.split(";") if a.strip()]
 
     @property
     def is_sync_master(self) -> bool:
@@ -162,6 +182,10 @@ def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, over
             f"{source('brokerRole')}: key brokerRole: {broker.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
         )
     store.brokerRole = broker.brokerRole
+    if broker.enableControllerMode:
+        if not broker.controllerAddr.strip():
+            raise ConfigError(f"{source('controllerAddr')}: key controllerAddr: must be set with enableControllerMode")
+        return  # the controller gives the id and the role
     if broker.is_slave:
         if broker.brokerId <= 0:
             raise ConfigError(f"{source('brokerId')}: key brokerId: Slave's brokerId must be > 0")

@@ -52,6 +52,7 @@ from .processors.reply import ReplyMessageProcessor
 from .processors.send import SendMessageProcessor
 from .rebalance_lock import RebalanceLockManager
 from .registration import BrokerRegistration
+from .replicas import ReplicasManager
 from .schedule import DELIVER_INTERVAL, ScheduleMessageService
 from .slave_sync import SlaveSynchronize
 from .timer import TimerMessageService
@@ -128,6 +129,13 @@ class BrokerController(service.Service):
         self.namesrv_client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.slave_sync = SlaveSynchronize(self)
+        # Controller mode: the controller decides the role; until it has, the broker takes no writes.
+        self.replicas = ReplicasManager(self) if config.enableControllerMode else None
+        # Controller mode: a check before every send that waits for replicas (minInSyncReplicas).
+        self.put_refused = self.replicas.put_refused if self.replicas is not None else None
+        if self.replicas is not None:
+            config.brokerRole = "SLAVE"
+            self.registration.on_hold = True
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None
@@ -137,6 +145,7 @@ class BrokerController(service.Service):
         self.store_host = b""
         self.ports: list[Any] = []
         self._loops: list[task.LoopingCall] = []
+        self._role_loops: list[task.LoopingCall] = []
         self._registered: defer.Deferred[Any] = defer.succeed(None)
         self.boot_timestamp = int(time.time() * 1000)
         self.put_total = 0
@@ -169,31 +178,70 @@ class BrokerController(service.Service):
         self.flush_service.start()
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
-        self.put_waiter = put_waiter(
-            self.flush_service if self.store_config.flushDiskType == "SYNC_FLUSH" else None,
-            self.ha_service if self.config.is_sync_master else None,
-        )
         period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
-        self._registered = self.registration.register_all()
+        if self.replicas is None:
+            self._apply_role()
+            self._registered = self.registration.register_all()
+        else:
+            # Controller mode: the controller says who is master; nothing is registered before that.
+            self._registered = self.replicas.start()
         self._every(period, self.registration.register_all, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
-        if not self.config.is_slave:
-            # As Apache: only a master delivers delayed and timer messages and checks transactions back; a
-            # slave has them through replication and takes delay offsets from its master.
-            self._every(DELIVER_INTERVAL, self.schedule.deliver, now=False)
-            self._every(DELIVER_INTERVAL, self.timer.deliver, now=False)
-            self._every(self.config.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets, now=False)
-            self._every(self.config.transactionCheckInterval / 1000.0, self.transactions.check, now=False)
-        if self.config.is_slave:
-            self.slave_sync.start()
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
             addr=self.config.broker_addr,
             namesrv=self.config.namesrvAddr,
         )
+
+    def _apply_role(self) -> None:
+        """Start what the configured role runs: a master's delivery loops and SYNC_MASTER waits, or a slave's
+        metadata sync. Called at start, and on every role change in controller mode."""
+        for loop in self._role_loops:
+            if loop.running:
+                loop.stop()
+        self._role_loops.clear()
+        cfg = self.config
+        self.store_config.brokerRole = cfg.brokerRole
+        self.put_waiter = put_waiter(
+            self.flush_service if self.store_config.flushDiskType == "SYNC_FLUSH" else None,
+            self.ha_service if cfg.is_sync_master else None,
+        )
+        if cfg.is_slave:
+            self.slave_sync.start()
+            return
+        self.slave_sync.stop()
+        # As Apache: only a master delivers delayed and timer messages and checks transactions back; a
+        # slave has them through replication and takes delay offsets from its master.
+        for seconds, fn in (
+            (DELIVER_INTERVAL, self.schedule.deliver),
+            (DELIVER_INTERVAL, self.timer.deliver),
+            (cfg.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets),
+            (cfg.transactionCheckInterval / 1000.0, self.transactions.check),
+        ):
+            self._role_loops.append(self._every(seconds, fn, now=False))
+
+    def change_role(self, role: str, broker_id: int, master_addr: str | None = None) -> defer.Deferred[Any]:
+        """Controller mode: become master (``role`` ASYNC_MASTER/SYNC_MASTER, id 0) or a slave of
+        ``master_addr`` (its own controller id), and tell the NameServers at once."""
+        cfg = self.config
+        cfg.brokerRole, cfg.brokerId = role, broker_id
+        # The NameServer keys brokers by id: an entry under an id we no longer have (a master turned slave
+        # must not stay 0) goes first.
+        self.registration.unregister_other_ids(broker_id)
+        self.registration.master_addr = master_addr if role == "SLAVE" else None
+        self.registration.on_hold = False
+        self._apply_role()
+        log.info(
+            "broker {name} is now {role} (brokerId {id}){master}",
+            name=cfg.brokerName,
+            role=role,
+            id=broker_id,
+            master=f", following {master_addr}" if master_addr else "",
+        )
+        return self.registration.register_all()
 
     def _load_state_files(self) -> None:
         """topics.json, consumerOffset.json, subscriptionGroup.json, delayOffset.json, timerOffset.json.
@@ -238,26 +286,37 @@ class BrokerController(service.Service):
             cfg.slaveTimeout,
             min(cfg.haMaxGapNotInSync, cfg.haSlaveFallbehindMax),
         )
-        if cfg.is_slave:
+        endpoints = client_endpoint_factory(self.tls.config)
+        if self.replicas is not None:
+            replicas = self.replicas
+            self.ha_client = HAClient(self.store, ha, self.reactor, lambda: replicas.master_ha_addr, endpoints)
+        elif cfg.is_slave:
             self.ha_client = HAClient(
-                self.store, ha, self.reactor, lambda: cfg.haMasterAddress or self.registration.ha_master_addr or ""
+                self.store,
+                ha,
+                self.reactor,
+                lambda: cfg.haMasterAddress or self.registration.ha_master_addr or "",
+                endpoints,
             )
-            self.ha_client.start()
-            return
+            if self.replicas is None:
+                self.ha_client.start()
+                return
+            # Controller mode: either role may come, and change; the HA port listens throughout.
         self.ha_service = HAService(self.store, ha, self.reactor)
         wanted = cfg.listenPort + 1 if configured_port else 0
         try:
-            cfg.haListenPort = self.ha_service.start(wanted, cfg.bindAddress)
+            cfg.haListenPort = self.ha_service.start(wanted, cfg.bindAddress, self.tls.wrap)
         except CannotListenError as e:
             # Slaves learn the HA address from the NameServer (haServerAddr), so another port still works.
             log.warn("HA port {port} not available ({error}); using an ephemeral one", port=wanted, error=e)
-            cfg.haListenPort = self.ha_service.start(0, cfg.bindAddress)
+            cfg.haListenPort = self.ha_service.start(0, cfg.bindAddress, self.tls.wrap)
 
-    def _every(self, seconds: float, fn: Any, now: bool = True) -> None:
+    def _every(self, seconds: float, fn: Any, now: bool = True) -> task.LoopingCall:
         loop = task.LoopingCall(fn)
         loop.clock = self.reactor
         loop.start(seconds, now=now).addErrback(lambda f: log.failure("periodic task failed", f))
         self._loops.append(loop)
+        return loop
 
     @defer.inlineCallbacks
     def stopService(self) -> Any:
@@ -269,6 +328,8 @@ class BrokerController(service.Service):
             if loop.running:
                 loop.stop()
         self._loops.clear()
+        if self.replicas is not None:
+            yield self.replicas.stop()
         yield self.slave_sync.stop()
         if self.ha_client is not None:
             self.ha_client.stop()

@@ -42,6 +42,9 @@ class BrokerRegistration:
         self.client = client
         self.master_addr: str | None = None
         self.ha_master_addr: str | None = None
+        self.registered_ids: set[int] = set()
+        # Controller mode: nothing is registered before the controller has said who is master.
+        self.on_hold = False
         # Topics changed since the last registration of changes.
         self._changed: set[str] = set()
         self._changes = Coalescer(broker.reactor, self._register_changes, CHANGE_DELAY, "registering topic changes")
@@ -95,9 +98,10 @@ class BrokerRegistration:
     def _register(self, wrapper: TopicConfigSerializeWrapper) -> defer.Deferred[Any]:
         cfg = self.broker.config
         addrs = cfg.namesrv_addrs
-        if not addrs:
+        if not addrs or self.on_hold:
             return defer.succeed(None)
         body = self._body(wrapper)
+        self.registered_ids.add(cfg.brokerId)
         header = RegisterBrokerRequestHeader(
             broker_name=cfg.brokerName,
             broker_addr=cfg.broker_addr,
@@ -130,13 +134,21 @@ class BrokerRegistration:
     def _failed(failure: Any, addr: str) -> None:
         log.warn("register broker to name server {addr} failed: {error}", addr=addr, error=failure.getErrorMessage())
 
-    def unregister_all(self) -> defer.Deferred[Any]:
+    def unregister_other_ids(self, broker_id: int) -> None:
+        """UNREGISTER_BROKER for every id this broker registered under but ``broker_id`` (a role change)."""
+        for other in self.registered_ids - {broker_id}:
+            self.unregister_all(other)
+
+    def unregister_all(self, broker_id: int | None = None) -> defer.Deferred[Any]:
+        """UNREGISTER_BROKER from every NameServer, as ``broker_id`` (the current id by default)."""
         cfg = self.broker.config
+        broker_id = cfg.brokerId if broker_id is None else broker_id
+        self.registered_ids.discard(broker_id)
         header = UnRegisterBrokerRequestHeader(
             broker_name=cfg.brokerName,
             broker_addr=cfg.broker_addr,
             cluster_name=cfg.brokerClusterName,
-            broker_id=cfg.brokerId,
+            broker_id=broker_id,
         ).encode()
         calls = []
         for addr in cfg.namesrv_addrs:

@@ -70,6 +70,9 @@ class SlaveSynchronize:
         return self.broker.registration.master_addr
 
     def start(self) -> None:
+        """Start syncing (again) in ``first_delay`` seconds; nothing if already started."""
+        if self._first is not None or self._loop.running:
+            return
         self._first = self.broker.reactor.callLater(self.first_delay, self._start_loop)
 
     def _start_loop(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import fields
 from typing import Any
 
 from twisted.internet import task
@@ -23,6 +24,7 @@ from twisted.logger import (
 )
 
 from gateway.config import ConfigError, properties_to_string, system_properties
+from gateway.controller.config import ControllerConfig, load_controller_config
 
 from .config import NamesrvConfig, load_namesrv_config
 from .service import NamesrvController
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     try:
         config = load_namesrv_config(args.configFile)
         props = system_properties(args.configFile)
+        controller = (
+            load_controller_config(args.configFile, ignore=("tls.", *(f.name for f in fields(NamesrvConfig))))
+            if config.enableControllerInNamesrv
+            else None
+        )
     except ConfigError as e:
         print(f"mqnamesrv: {e}", file=sys.stderr)
         sys.exit(1)
@@ -55,11 +62,13 @@ def main(argv: list[str] | None = None) -> None:
         [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])],
         redirectStandardIO=False,
     )
-    task.react(_serve, (config, props))
+    task.react(_serve, (config, props, controller))
 
 
-async def _serve(reactor: Any, config: NamesrvConfig, props: dict[str, str]) -> None:
-    controller = NamesrvController(config, reactor, system_properties=props)
+async def _serve(
+    reactor: Any, config: NamesrvConfig, props: dict[str, str], controller_config: ControllerConfig | None
+) -> None:
+    controller = NamesrvController(config, reactor, system_properties=props, controller_config=controller_config)
     try:
         controller.startService()
     except ConfigError as e:

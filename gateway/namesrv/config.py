@@ -21,8 +21,8 @@ from gateway.config import (
 )
 from gateway.persist import write_atomically
 
-# Keys another part of the program reads (TLS has its own issue).
-IGNORED_PREFIXES = ("tls.",)
+# Keys another part of the program reads: TLS, and the embedded controller's (gateway.controller.config).
+IGNORED_PREFIXES = ("tls.", "controller", "enableElectUncleanMaster", "notifyBrokerRoleChanged")
 
 
 def _home_file(name: str) -> str:
@@ -54,6 +54,8 @@ class NamesrvConfig:
     # Ours: the most bytes all connections together may hold in incomplete frames and unsent replies; past it
     # the newest such connections are closed. Always on (must be positive); read at start.
     remotingMaxBufferedBytes: int = 64 * 1024 * 1024
+    # RocketMQ 5: run a controller inside this NameServer, on its port (ControllerConfig keys in the same file).
+    enableControllerInNamesrv: bool = False
 
     def black_listed(self, key: str) -> bool:
         """Whether UPDATE_NAMESRV_CONFIG refuses ``key`` (:func:`~gateway.config.black_listed`); beyond Java's

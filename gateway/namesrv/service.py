@@ -15,6 +15,8 @@ from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTi
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.controller.config import ControllerConfig
+from gateway.controller.service import ControllerManager
 from gateway.persist import corrupt_state_files
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.dispatch import RequestDispatcher
@@ -47,7 +49,9 @@ class NamesrvController(Service):
         reactor: Any = None,
         clock: IReactorTime | None = None,
         system_properties: Mapping[str, str] | None = None,
+        controller_config: ControllerConfig | None = None,
     ) -> None:
+        """``controller_config`` (with ``enableControllerInNamesrv``) embeds a controller on this port."""
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
@@ -67,6 +71,9 @@ class NamesrvController(Service):
         self.dispatcher.on_channel_closed.append(self._on_channel_closed)
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
+        self.controller: ControllerManager | None = None
+        if config.enableControllerInNamesrv:
+            self.controller = ControllerManager(controller_config or ControllerConfig(), reactor, self.dispatcher)
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self._listening: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
@@ -90,6 +97,8 @@ class NamesrvController(Service):
             self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
         )
         super().startService()
+        if self.controller is not None:
+            self.controller.startService()
         host = self._listening.getHost()
         log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port)
         self._first_scan = self.clock.callLater(
@@ -105,6 +114,8 @@ class NamesrvController(Service):
         if self._scan.running:
             self._scan.stop()
         waits: list[Deferred[Any]] = []
+        if self.controller is not None:
+            waits.append(maybeDeferred(self.controller.stopService))
         if self._listening is not None:
             waits.append(maybeDeferred(self._listening.stopListening))
             self._listening = None

@@ -136,6 +136,10 @@ class SendMessageProcessor:
         now = int(time.time() * 1000)
         if now < cfg.startAcceptSendRequestTimeStamp:
             return ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {cfg.startAcceptSendRequestTimeStamp}"
+        if broker.put_refused is not None and wait_store_msg_ok(header.properties):
+            refused = broker.put_refused()
+            if refused is not None:
+                return refused
         if not cfg.brokerPermission & PermName.PERM_WRITE:
             return ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] sending message is forbidden"
         # The topic's name was checked as the header was decoded.

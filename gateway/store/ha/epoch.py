@@ -75,6 +75,8 @@ class EpochFileCache:
     def entries(self, max_offset: int) -> list[EpochEntry]:
         """The history with end offsets, as far as a commitlog ending at ``max_offset`` holds it."""
         held = [e for e in self._entries if e.start_offset <= max_offset]
+        if not held:
+            return []
         ends = [e.start_offset for e in held[1:]] + [max_offset]
         return [EpochEntry(e.epoch, e.start_offset, end) for e, end in zip(held, ends, strict=True)]
 

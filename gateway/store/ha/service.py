@@ -41,6 +41,10 @@ class HAConnection(Protocol):
         # -1 until the first report: the master sends nothing before it (WriteSocketService).
         self.next_transfer_from = -1
         self.slave_ack_offset = -1
+        # The master's max offset, and when, the last time everything it had was sent: a report reaching it
+        # means the slave caught up then (AutoSwitchHAConnection's lastMasterMaxOffset/lastTransferTimeMs).
+        self.last_master_max_offset = -1
+        self.last_transfer_time = 0.0
         self.last_read = self.last_write = 0.0
         self.paused = False
 
@@ -110,6 +114,9 @@ class HAConnection(Protocol):
             self._write(encode_transfer_header(start, size))
             self._write(f.view[pos : pos + size].tobytes())
             self.next_transfer_from = start + size
+        if self.next_transfer_from >= cl.max_offset:
+            self.last_master_max_offset = cl.max_offset
+            self.last_transfer_time = self.service.clock.seconds()
 
     def tick(self, now: float) -> None:
         """Housekeeping and header-only heartbeats."""
@@ -140,9 +147,10 @@ class HAService(Factory):
         # push2SlaveMaxOffset: the highest offset any slave ever reported.
         self.push_to_slave_max_offset = 0
         self._replica_waiters = OffsetWaiters(clock)
-        # Controller mode: slaves that named themselves (encode_identity), and who is told of their reports.
+        # Controller mode: slaves that named themselves (encode_identity), and who is told when one caught up.
         self.caught_up_at: dict[int, float] = {}
         self.on_slave_report: Callable[[int, int], None] | None = None
+        self.ack_policy: Callable[[], int] | None = None
         self._loop = LoopingCall(self._tick)
         self._loop.clock = clock
         self.port: Any = None
@@ -181,14 +189,22 @@ class HAService(Factory):
         """A slave holds the commitlog up to ``offset``: answer the sends that waited for it."""
         if offset > self.push_to_slave_max_offset:
             self.push_to_slave_max_offset = offset
-            self._replica_waiters.release(offset)
         broker_id = conn.decoder.slave_broker_id if conn is not None else None
-        if broker_id is not None:
+        if broker_id is not None and 0 <= conn.last_master_max_offset <= offset:
             # Controller mode: when each slave last held everything (connectionCaughtUpTimeTable).
-            if offset >= self.store.commit_log.max_offset:
-                self.caught_up_at[broker_id] = self.clock.seconds()
+            self.caught_up_at[broker_id] = conn.last_transfer_time
             if self.on_slave_report is not None:
                 self.on_slave_report(broker_id, offset)
+        self.release_acknowledged()
+
+    def release_acknowledged(self) -> None:
+        """Answer the sends now acknowledged (after a report, or when the set of slaves waited for shrank)."""
+        self._replica_waiters.release(self.acknowledged_offset())
+
+    def acknowledged_offset(self) -> int:
+        """How far enough slaves hold the commitlog for a SYNC_MASTER send: any one slave (4.x), or what the
+        controller-mode ``ack_policy`` says (inSyncReplicas, allAckInSyncStateSet)."""
+        return self.ack_policy() if self.ack_policy is not None else self.push_to_slave_max_offset
 
     def is_slave_ok(self, master_put_where: int) -> bool:
         """A slave is connected and at most ``haMaxGapNotInSync`` behind ``master_put_where`` (isSlaveOK)."""
@@ -198,7 +214,7 @@ class HAService(Factory):
 
     def wait_for_replica(self, offset: int) -> Deferred[bool]:
         """True once a slave reports ``offset``, False after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT)."""
-        if self.push_to_slave_max_offset >= offset:
+        if self.acknowledged_offset() >= offset:
             return succeed(True)
         if self.port is None:
             return succeed(False)
