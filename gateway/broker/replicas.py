@@ -473,7 +473,10 @@ class ReplicasManager:
     def put_refused(self) -> tuple[int, str] | None:
         """A controller-mode SYNC_MASTER with too small a SyncStateSet takes no sends (IN_SYNC_REPLICAS_NOT_ENOUGH)."""
         cfg = self.broker.config
-        if cfg.is_sync_master and len(self.sync_state_set) < max(cfg.minInSyncReplicas, 1):
+        if not cfg.is_sync_master:
+            return None
+        in_sync = len(self.sync_state_set)
+        if in_sync < cfg.minInSyncReplicas or (not cfg.allAckInSyncStateSet and cfg.inSyncReplicas > in_sync):
             return ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"
         return None
 

@@ -207,7 +207,12 @@ class HAService(Factory):
         return self.ack_policy() if self.ack_policy is not None else self.push_to_slave_max_offset
 
     def is_slave_ok(self, master_put_where: int) -> bool:
-        """A slave is connected and at most ``haMaxGapNotInSync`` behind ``master_put_where`` (isSlaveOK)."""
+        """A slave is connected and at most ``haMaxGapNotInSync`` behind ``master_put_where`` (isSlaveOK).
+
+        Always true in controller mode (an ``ack_policy``): there the SyncStateSet says whom a send waits for
+        and a master alone in it acknowledges at once, as RocketMQ 5 does."""
+        if self.ack_policy is not None:
+            return True
         return (
             bool(self.connections) and master_put_where - self.push_to_slave_max_offset < self.config.haMaxGapNotInSync
         )
