@@ -8,26 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-from twisted.internet import task
-from twisted.internet.defer import Deferred
-from twisted.internet.error import CannotListenError
-from twisted.logger import (
-    FilteringLogObserver,
-    Logger,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
-)
 
 from gateway.config import ConfigError
+from gateway.runner import run_services, start_logging
 
-from .config import ControllerConfig, load_controller_config
+from .config import load_controller_config
 from .service import ControllerManager
-
-log = Logger()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,23 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         print(f"mqcontroller: {e}", file=sys.stderr)
         sys.exit(1)
-    observer = textFileLogObserver(sys.stdout)
-    globalLogBeginner.beginLoggingTo(
-        [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])],
-        redirectStandardIO=False,
+    start_logging()
+    run_services(
+        lambda reactor: [ControllerManager(config, reactor)],
+        lambda services: f"controller {config.controllerDLegerSelfId} ready on port {services[0].port}",
     )
-    task.react(_serve, (config,))
-
-
-async def _serve(reactor: Any, config: ControllerConfig) -> None:
-    controller = ControllerManager(config, reactor)
-    try:
-        controller.startService()
-    except CannotListenError as e:
-        log.critical("cannot listen: {error}", error=e)
-        raise SystemExit(1) from None
-    reactor.addSystemEventTrigger("before", "shutdown", controller.stopService)
-    await Deferred()
 
 
 if __name__ == "__main__":

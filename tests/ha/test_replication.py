@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -27,25 +28,36 @@ from tests.namesrv.conftest import namesrv, namesrv_config  # noqa: F401
 TOPIC = "HaTopic"
 
 
-@pytest_twisted.async_yield_fixture
-async def pair(make_broker) -> AsyncIterator[tuple[BrokerUnderTest, BrokerUnderTest]]:  # noqa: F811
-    """A started master with topic HaTopic, and its slave (not started) following haMasterAddress."""
-    master = make_broker(brokerName="broker-ha")
-    master.overrides["storePathRootDir"] = str(master.root / "master")
-    controller = master.start()
-    slave = make_broker(
-        storePathRootDir=str(master.root / "slave"),
-        brokerName="broker-ha",
+@asynccontextmanager
+async def master_and_slave(
+    new_broker: Callable[..., BrokerUnderTest], name: str, master: dict[str, str], slave: dict[str, str]
+) -> AsyncIterator[tuple[BrokerUnderTest, BrokerUnderTest]]:
+    """A started master (``master`` settings) with topic HaTopic, and its slave (not started) following
+    haMasterAddress; both stopped at the end."""
+    m = new_broker(brokerName=name, **master)
+    m.overrides["storePathRootDir"] = str(m.root / "master")
+    controller = m.start()
+    s = new_broker(
+        storePathRootDir=str(m.root / "slave"),
+        brokerName=name,
         brokerRole="SLAVE",
         brokerId="1",
         haMasterAddress=f"127.0.0.1:{controller.config.haListenPort}",
+        **slave,
     )
     try:
-        await create_topic(master, TOPIC)
-        yield master, slave
+        await create_topic(m, TOPIC)
+        yield m, s
     finally:
-        await slave.stop()
-        await master.stop()
+        await s.stop()
+        await m.stop()
+
+
+@pytest_twisted.async_yield_fixture
+async def pair(make_broker) -> AsyncIterator[tuple[BrokerUnderTest, BrokerUnderTest]]:  # noqa: F811
+    """An ASYNC_MASTER and its slave (see :func:`master_and_slave`)."""
+    async with master_and_slave(make_broker, "broker-ha", {}, {}) as brokers:
+        yield brokers
 
 
 async def fill(master: BrokerUnderTest, count: int, seed: int) -> list[bytes]:

@@ -18,30 +18,16 @@ from gateway.store.api import PutMessageStatus
 from gateway.store.durability import put_waiter
 from gateway.store.waiters import OffsetWaiters
 from tests.broker.conftest import BrokerUnderTest, make_broker, remoting, sleep  # noqa: F401
-from tests.broker.test_broker_server import create_topic, send
-from tests.ha.test_replication import TOPIC, caught_up
+from tests.broker.test_broker_server import send
+from tests.ha.test_replication import TOPIC, caught_up, master_and_slave
 
 
 @pytest_twisted.async_yield_fixture
 async def sync_pair(make_broker) -> AsyncIterator[tuple[BrokerUnderTest, BrokerUnderTest]]:  # noqa: F811
     """A started SYNC_MASTER (slaveTimeout 600 ms) with topic HaTopic, and its slave, not started."""
-    master = make_broker(brokerName="broker-sync", brokerRole="SYNC_MASTER", slaveTimeout="600")
-    master.overrides["storePathRootDir"] = str(master.root / "master")
-    m = master.start()
-    slave = make_broker(
-        storePathRootDir=str(master.root / "slave"),
-        brokerName="broker-sync",
-        brokerRole="SLAVE",
-        brokerId="1",
-        haMasterAddress=f"127.0.0.1:{m.config.haListenPort}",
-        haSendHeartbeatInterval="200",
-    )
-    try:
-        await create_topic(master, TOPIC)
-        yield master, slave
-    finally:
-        await slave.stop()
-        await master.stop()
+    master = {"brokerRole": "SYNC_MASTER", "slaveTimeout": "600"}
+    async with master_and_slave(make_broker, "broker-sync", master, {"haSendHeartbeatInterval": "200"}) as brokers:
+        yield brokers
 
 
 async def linked(master: BrokerUnderTest, timeout: float = 8.0) -> None:
