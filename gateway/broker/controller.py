@@ -189,12 +189,19 @@ class BrokerController(service.Service):
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
+        self._every(60.0, self._log_slave_fall_behind, now=False)
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
             addr=self.config.broker_addr,
             namesrv=self.config.namesrvAddr,
         )
+
+    def _log_slave_fall_behind(self) -> None:
+        # printMasterAndSlaveDiff, every minute while slaves are connected.
+        ha = self.ha_service
+        if ha is not None and ha.connections and not self.config.is_slave:
+            log.info("CommitLog: slave fall behind master {diff}bytes", diff=ha.slave_fall_behind())
 
     def _apply_role(self) -> None:
         """Start what the configured role runs: a master's delivery loops and SYNC_MASTER waits, or a slave's

@@ -59,6 +59,7 @@ class AdminBrokerProcessor:
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset_by_timestamp,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.get_earliest_msg_storetime,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.get_broker_runtime_info,
+            RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
@@ -161,6 +162,19 @@ class AdminBrokerProcessor:
         return request.response(ext_fields=GetEarliestMsgStoretimeResponseHeader(ts).encode())
 
     # -- status for mqadmin
+
+    def get_broker_ha_status(self, _channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_HA_STATUS (mqadmin haStatus): HARuntimeInfo of this broker's side of replication."""
+        broker = self.broker
+        if broker.config.is_slave and broker.ha_client is not None:
+            info = broker.ha_client.runtime_info()
+        elif broker.ha_service is not None:
+            info = broker.ha_service.runtime_info()
+        else:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "Can not get HARuntimeInfo, may be duplicationEnable is true"
+            )
+        return request.response(body=fastjson.dumps(info))
 
     def get_broker_runtime_info(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker

@@ -13,7 +13,7 @@ from gateway.remoting.client import EndpointFactory, split_addr, tcp_endpoint
 
 from ..message_store import DefaultMessageStore
 from .codec import HAProtocolError, TransferDecoder, encode_identity, encode_report
-from .service import HAConfig
+from .service import HAConfig, TransferRate
 
 log = Logger()
 
@@ -55,6 +55,7 @@ class HAClientProtocol(Protocol):
                 if slave_offset != 0 and transfer.phy_offset != slave_offset:
                     raise HAProtocolError(f"master sent offset {transfer.phy_offset}, slave is at {slave_offset}")
                 if transfer.data:
+                    self.client.rate.count(len(transfer.data))
                     if not store.append_to_commit_log(transfer.phy_offset, transfer.data):
                         raise HAProtocolError(f"cannot append at {transfer.phy_offset}")
                     appended = True
@@ -67,6 +68,7 @@ class HAClientProtocol(Protocol):
 
     def tick(self, now: float) -> None:
         """Periodic report and housekeeping."""
+        self.client.rate.tick(now)
         cfg = self.client.config
         if now - self.last_read > cfg.haHousekeepingInterval / 1000:
             log.warn("HA link to master silent; dropping it")
@@ -100,6 +102,7 @@ class HAClient:
         # TLS when the broker's client settings turn it on (tlsEnable), as for its other links.
         self.endpoint_factory = endpoint_factory
         self.broker_id: int | None = None
+        self.rate = TransferRate()
         self.link: HAClientProtocol | None = None
         self._connecting = False
         self._last_attempt = float("-inf")
@@ -116,6 +119,25 @@ class HAClient:
             self._loop.stop()
         if self.link is not None:
             self.link.transport.abortConnection()
+
+    def runtime_info(self) -> dict[str, Any]:
+        """A slave's HARuntimeInfo (mqadmin haStatus): whom it follows, how far, and how fresh the link is."""
+        link = self.link
+        return {
+            "master": False,
+            "masterCommitLogMaxOffset": 0,
+            "inSyncSlaveNums": 0,
+            "haConnectionInfo": [],
+            "haClientRuntimeInfo": {
+                "masterAddr": self.master_address(),
+                "transferredByteInSecond": self.rate.per_second,
+                "maxOffset": self.store.commit_log.max_offset,
+                "lastReadTimestamp": int(link.last_read * 1000) if link is not None else 0,
+                "lastWriteTimestamp": int(link.last_write * 1000) if link is not None else 0,
+                "masterFlushOffset": 0,
+                "activated": link is not None,
+            },
+        }
 
     def _tick(self) -> None:
         now = self.clock.seconds()

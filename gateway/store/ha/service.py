@@ -31,6 +31,25 @@ class HAConfig:
     haMaxGapNotInSync: int = 256 * 1024 * 1024
 
 
+class TransferRate:
+    """Bytes moved in the last whole second (transferredByteInSecond), from a running count."""
+
+    __slots__ = ("_since", "_total", "_window_start", "per_second")
+
+    def __init__(self) -> None:
+        self._total = self._since = 0
+        self._window_start = 0.0
+        self.per_second = 0
+
+    def count(self, n: int) -> None:
+        self._total += n
+
+    def tick(self, now: float) -> None:
+        if now - self._window_start >= 1.0:
+            self.per_second = int((self._total - self._since) / max(now - self._window_start, 1.0))
+            self._since, self._window_start = self._total, now
+
+
 @implementer(interfaces.IPushProducer)
 class HAConnection(Protocol):
     """One slave: reads its offset reports, streams the commitlog from the first one on."""
@@ -47,6 +66,7 @@ class HAConnection(Protocol):
         self.last_transfer_time = 0.0
         self.last_read = self.last_write = 0.0
         self.paused = False
+        self.rate = TransferRate()
 
     def connectionMade(self) -> None:
         self.last_read = self.last_write = self.service.clock.seconds()
@@ -114,12 +134,14 @@ class HAConnection(Protocol):
             self._write(encode_transfer_header(start, size))
             self._write(f.view[pos : pos + size].tobytes())
             self.next_transfer_from = start + size
+            self.rate.count(size)
         if self.next_transfer_from >= cl.max_offset:
             self.last_master_max_offset = cl.max_offset
             self.last_transfer_time = self.service.clock.seconds()
 
     def tick(self, now: float) -> None:
         """Housekeeping and header-only heartbeats."""
+        self.rate.tick(now)
         cfg = self.service.config
         if now - self.last_read > cfg.haHousekeepingInterval / 1000:
             log.warn("HA slave {peer} silent; dropping it", peer=self.transport.getPeer())
@@ -225,6 +247,35 @@ class HAService(Factory):
             return succeed(False)
         # The append that made ``offset`` already woke the transfer (wakeup).
         return self._replica_waiters.wait(offset, self.config.slaveTimeout / 1000)
+
+    def runtime_info(self) -> dict[str, Any]:
+        """A master's HARuntimeInfo (mqadmin haStatus): each slave's acknowledged offset, gap and rate."""
+        put_where = self.store.commit_log.max_offset
+        connections = []
+        for conn in self.connections:
+            peer = conn.transport.getPeer()
+            gap = put_where - conn.slave_ack_offset
+            connections.append(
+                {
+                    "addr": f"{peer.host}:{peer.port}",
+                    "slaveAckOffset": conn.slave_ack_offset,
+                    "diff": gap,
+                    "inSync": gap < self.config.haMaxGapNotInSync,
+                    "transferredByteInSecond": conn.rate.per_second,
+                    "transferFromWhere": conn.next_transfer_from,
+                }
+            )
+        return {
+            "master": True,
+            "masterCommitLogMaxOffset": put_where,
+            "inSyncSlaveNums": sum(c["inSync"] for c in connections),
+            "haConnectionInfo": connections,
+            "haClientRuntimeInfo": {"activated": False},
+        }
+
+    def slave_fall_behind(self) -> int:
+        """Bytes the furthest slave lags behind (slaveFallBehindMuch)."""
+        return self.store.commit_log.max_offset - self.push_to_slave_max_offset
 
     def _tick(self) -> None:
         now = self.clock.seconds()
