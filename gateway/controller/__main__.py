@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, system_properties
 from gateway.runner import run_services, start_logging
+from gateway.tls.server import TlsServer
 
 from .config import load_controller_config
 from .service import ControllerManager
@@ -23,12 +24,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         config = load_controller_config(args.configFile)
+        props = system_properties(args.configFile)
     except ConfigError as e:
         print(f"mqcontroller: {e}", file=sys.stderr)
         sys.exit(1)
     start_logging()
     run_services(
-        lambda reactor: [ControllerManager(config, reactor)],
+        lambda reactor: [ControllerManager(config, reactor, tls=TlsServer.from_system_properties(props, reactor))],
         lambda services: f"controller {config.controllerDLegerSelfId} ready on port {services[0].port}",
     )
 

@@ -20,6 +20,8 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.controller_protocol import NotifyBrokerRoleChangedRequestHeader
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingServerFactory
+from gateway.tls.client import client_endpoint_factory
+from gateway.tls.server import TlsServer
 
 from .config import ControllerConfig
 from .heartbeat import BrokerHeartbeatManager, BrokerLiveInfo
@@ -41,7 +43,9 @@ class ControllerManager(Service):
         reactor: Any = None,
         dispatcher: RequestDispatcher | None = None,
         raft_timeouts: tuple[float, float] = (0.4, 1.4),
+        tls: TlsServer | None = None,
     ) -> None:
+        """``tls``: the TLS settings (``tls.*``) of its listener (standalone) and of its calls to brokers."""
         if reactor is None:
             from twisted.internet import reactor as global_reactor
 
@@ -58,7 +62,8 @@ class ControllerManager(Service):
         self.dispatcher.register_all(self.processor.handlers())
         self.dispatcher.on_channel_closed.append(self.heartbeats.channel_closed)
         self.factory = RemotingServerFactory(self.dispatcher) if self.standalone else None
-        self.client = RemotingClient(reactor)
+        self.tls = tls if tls is not None else TlsServer.from_system_properties(None, reactor)
+        self.client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
         self._listening: Any = None
         self._scan = task.LoopingCall(self.heartbeats.scan)
         self._scan.clock = reactor
@@ -78,8 +83,9 @@ class ControllerManager(Service):
         super().startService()
         self.raft.start()
         if self.factory is not None:
+            self.tls.start()
             self._listening = self.reactor.listenTCP(
-                self.config.listenPort, self.factory, interface=self.config.bindAddress
+                self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
             )
         self._scan.start(self.config.scanNotActiveBrokerInterval / 1000, now=False)
         log.info(
@@ -101,6 +107,7 @@ class ControllerManager(Service):
             yield self._listening.stopListening()
             self._listening = None
         if self.factory is not None:
+            self.tls.stop()
             yield self.factory.close_all()
 
     # -- elections

@@ -71,10 +71,11 @@ class NamesrvController(Service):
         self.dispatcher.on_channel_closed.append(self._on_channel_closed)
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
+        self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self.controller: ControllerManager | None = None
         if config.enableControllerInNamesrv:
-            self.controller = ControllerManager(controller_config or ControllerConfig(), reactor, self.dispatcher)
-        self.tls = TlsServer.from_system_properties(system_properties, reactor)
+            config_ = controller_config or ControllerConfig()
+            self.controller = ControllerManager(config_, reactor, self.dispatcher, tls=self.tls)
         self._listening: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
