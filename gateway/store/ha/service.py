@@ -173,6 +173,7 @@ class HAService(Factory):
         self.caught_up_at: dict[int, float] = {}
         self.on_slave_report: Callable[[int, int], None] | None = None
         self.ack_policy: Callable[[], int] | None = None
+        self._wakeup_pending = False
         self._loop = LoopingCall(self._tick)
         self._loop.clock = clock
         self.port: Any = None
@@ -199,7 +200,15 @@ class HAService(Factory):
         return maybeDeferred(port.stopListening) if port is not None else succeed(None)
 
     def wakeup(self) -> None:
-        """New data was appended: push it to every slave."""
+        """New data was appended: push it to every slave, once for all the appends of this reactor turn (one
+        frame of many records rather than a frame per record)."""
+        if self._wakeup_pending or not self.connections:
+            return
+        self._wakeup_pending = True
+        self.clock.callLater(0, self._push)
+
+    def _push(self) -> None:
+        self._wakeup_pending = False
         for conn in list(self.connections):
             conn.transfer()
 
