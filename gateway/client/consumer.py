@@ -24,7 +24,7 @@ from gateway.remoting.headers import PullMessageRequestHeader, PullMessageRespon
 from gateway.remoting.message import MessageConst, MessageExt, decode_records
 
 from .admin import MQAdmin
-from .instance import ClientInstance, resolve_client
+from .instance import MASTER_ID, ClientInstance, resolve_client
 from .message_selector import MessageSelector
 from .offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from .security import ClientSecurity
@@ -63,6 +63,8 @@ class PullAPIWrapper:
     def __init__(self, client: ClientInstance, group: str) -> None:
         self.client = client
         self.group = group
+        # pullFromWhichNodeTable: the broker id each queue's last pull answer suggested (slaveReadEnable).
+        self.pull_from_which_node: dict[MessageQueue, int] = {}
 
     async def pull_kernel(
         self,
@@ -76,7 +78,7 @@ class PullAPIWrapper:
         timeout: float,
     ) -> PullResult:
         """Pull; the expression travels only when ``sys_flag`` has SUBSCRIPTION (else the heartbeat's counts)."""
-        addr = await self.client.find_broker_addr(mq)
+        addr = await self.client.find_broker_addr(mq, self.pull_from_which_node.get(mq, MASTER_ID))
         header = PullMessageRequestHeader(
             consumer_group=self.group,
             topic=mq.topic,
@@ -93,6 +95,7 @@ class PullAPIWrapper:
         )
         response = await self.client.api.pull_message(addr, header, timeout)
         rh = PullMessageResponseHeader.decode(response.ext_fields)
+        self.pull_from_which_node[mq] = rh.suggest_which_broker_id or MASTER_ID
         status = PullStatus(response.code)
         msgs = decode_records(response.body) if status is PullStatus.FOUND else []
         if sub.tags_set and not sub.class_filter_mode:

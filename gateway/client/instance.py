@@ -231,9 +231,13 @@ class ClientInstance:
         """The master's address."""
         return self.broker_addrs.get(broker_name, {}).get(MASTER_ID)
 
-    def find_broker_addr_in_subscribe(self, broker_name: str) -> str | None:
-        """The master's address, else any slave's."""
-        return _master_first(self.broker_addrs.get(broker_name))
+    def find_broker_addr_in_subscribe(self, broker_name: str, broker_id: int = MASTER_ID) -> str | None:
+        """Broker ``broker_id``'s address (the one a pull answer suggested), else the master's, else any
+        slave's (findBrokerAddressInSubscribe)."""
+        addrs = self.broker_addrs.get(broker_name)
+        if addrs and broker_id in addrs:
+            return addrs[broker_id]
+        return _master_first(addrs)
 
     def find_broker_addr_by_topic(self, topic: str) -> str | None:
         """A random broker of the topic, its master preferred."""
@@ -242,12 +246,13 @@ class ClientInstance:
             return None
         return _master_first(random.choice(route.broker_datas).broker_addrs)
 
-    async def find_broker_addr(self, mq: MessageQueue) -> str:
-        """The address serving ``mq`` (master preferred), fetching the route once if unknown."""
-        addr = self.find_broker_addr_in_subscribe(mq.broker_name)
+    async def find_broker_addr(self, mq: MessageQueue, broker_id: int = MASTER_ID) -> str:
+        """The address serving ``mq`` (``broker_id``, else the master, else a slave), fetching the route once
+        if unknown."""
+        addr = self.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
         if addr is None:
             await self.update_topic_route_from_namesrv(mq.topic)
-            addr = self.find_broker_addr_in_subscribe(mq.broker_name)
+            addr = self.find_broker_addr_in_subscribe(mq.broker_name, broker_id)
         if addr is None:
             raise MQClientError(f"The broker[{mq.broker_name}] not exist")
         return addr
