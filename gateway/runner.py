@@ -42,6 +42,9 @@ def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[I
             raise SystemExit(1) from None
         # A service may say when it is really ready (a broker: registered with its NameServers).
         yield defer.gatherResults([defer.maybeDeferred(getattr(s, "when_ready", lambda: None)) for s in services])
+        # Not before the main loop runs: until then Twisted has not installed its SIGINT/SIGTERM handlers, and
+        # whoever waits for this line may signal at once.
+        yield task.deferLater(reactor, 0, lambda: None)
         print(ready(services), flush=True)
 
         @defer.inlineCallbacks

@@ -268,7 +268,7 @@ class ReplicasManager:
         try:
             yield self._call(RequestCode.BROKER_HEARTBEAT, header)
         except Exception as e:
-            log.debug("heartbeat to controller failed: {error}", error=e)
+            log.info("heartbeat to controller failed: {error}", error=e)
 
     @defer.inlineCallbacks
     def _register_quietly(self) -> Any:
@@ -288,6 +288,8 @@ class ReplicasManager:
         if not self.role_known or self._changing is not None:
             return
         try:
+            # Re-find the leader now and then (updateControllerMetadata): a follower also takes heartbeats.
+            self.leader = yield self._find_leader()
             resp = yield self._call(
                 RequestCode.CONTROLLER_GET_REPLICA_INFO, GetReplicaInfoRequestHeader(self.broker.config.brokerName)
             )

@@ -67,6 +67,15 @@ class BrokerHeartbeatManager:
             info.election_priority = election_priority
         info.channel = channel
 
+    def expect(self, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str) -> None:
+        """A broker the replicated state knows but this controller has not heard from (it just became leader):
+        alive for one default timeout, inactive if no heartbeat comes by then."""
+        if (broker_name, broker_id) not in self.live:
+            now = self.clock.seconds()
+            self.live[(broker_name, broker_id)] = BrokerLiveInfo(
+                cluster_name, broker_name, broker_id, broker_addr, now, DEFAULT_HEARTBEAT_TIMEOUT_MS / 1000
+            )
+
     def is_alive(self, broker_name: str, broker_id: int) -> bool:
         info = self.live.get((broker_name, broker_id))
         return info is not None and self.clock.seconds() - info.last_update <= info.timeout

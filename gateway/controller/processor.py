@@ -3,7 +3,8 @@
 Every request that changes state is checked against the state machine and its events committed through Raft
 before the answer goes out; requests are taken one at a time (Apache's single event-scheduler thread), so a
 check always sees the events of the requests before it. Only the Raft leader answers; the others say
-CONTROLLER_NOT_LEADER (GET_METADATA_INFO and BROKER_HEARTBEAT excepted, as in Apache).
+CONTROLLER_NOT_LEADER (GET_METADATA_INFO excepted; a heartbeat is recorded by every controller, as in Apache,
+and answered CONTROLLER_NOT_LEADER by followers).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ class ControllerRequestProcessor:
             h.election_priority,
             channel,
         )
-        return request.response(ResponseCode.SUCCESS)
+        # Apache's brokers send heartbeats oneway; ours switch to the leader when a follower says it is not.
+        return request.response(ResponseCode.SUCCESS) if self.manager.raft.is_leader else _not_leader(request)
 
     def get_metadata_info(self, _channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         raft = self.manager.raft

@@ -65,7 +65,8 @@ class ControllerManager(Service):
         self.tls = tls if tls is not None else TlsServer.from_system_properties(None, reactor)
         self.client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
         self._listening: Any = None
-        self._scan = task.LoopingCall(self.heartbeats.scan)
+        self._scan = task.LoopingCall(self._scan_brokers)
+        self._was_leader = False
         self._scan.clock = reactor
 
     @property
@@ -111,6 +112,17 @@ class ControllerManager(Service):
             yield self.factory.close_all()
 
     # -- elections
+
+    def _scan_brokers(self) -> None:
+        """scanNotActiveBroker; a controller that has just become leader first expects a heartbeat from every
+        broker of the replicated state, so that a master that died while the leadership moved is noticed."""
+        leader = self.raft.is_leader
+        if leader and not self._was_leader:
+            for group in self.replicas.groups.values():
+                for broker_id, (addr, _) in group.brokers.items():
+                    self.heartbeats.expect(group.cluster_name, group.broker_name, broker_id, addr)
+        self._was_leader = leader
+        self.heartbeats.scan()
 
     def check_elect(self, broker_name: str, broker_id: int | None, designate: bool) -> Result:
         """ELECT_MASTER checked against the live brokers (a request, or the controller itself with None)."""
