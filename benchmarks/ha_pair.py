@@ -67,6 +67,7 @@ class LagSampler(threading.Thread):
 
 
 def commitlog_digest(store: Path, end: int) -> str:
+    """sha256 of the first ``end`` bytes of the commitlog under the store root ``store``, read from its files."""
     h = hashlib.sha256()
     left = end
     for segment in sorted((store / "commitlog").iterdir()):

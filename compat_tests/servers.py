@@ -48,6 +48,21 @@ def call(
                     return cmd
 
 
+def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> RemotingCommand:
+    """UPDATE_AND_CREATE_TOPIC of a read-write topic with ``queues`` read and write queues (mqadmin updateTopic)."""
+    header = CreateTopicRequestHeader(
+        topic=topic,
+        default_topic="TBW102",
+        read_queue_nums=queues,
+        write_queue_nums=queues,
+        perm=6,
+        topic_filter_type="SINGLE_TAG",
+        topic_sys_flag=0,
+        order=order,
+    )
+    return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
+
+
 class GatewayServers:
     """``python -m gateway`` with a store under ``store_dir``; ``start()``, ``stop()``, ``kill()``."""
 
@@ -149,17 +164,7 @@ class GatewayServers:
 
     def create_topic(self, topic: str, queues: int = 4, order: bool = False) -> None:
         """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
-        header = CreateTopicRequestHeader(
-            topic=topic,
-            default_topic="TBW102",
-            read_queue_nums=queues,
-            write_queue_nums=queues,
-            perm=6,
-            topic_filter_type="SINGLE_TAG",
-            topic_sys_flag=0,
-            order=order,
-        )
-        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
+        request = create_topic_request(topic, queues, order)
         if self.sign is not None:
             self.sign(request)
         resp = call(self.broker_addr, request)

@@ -3,22 +3,17 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ha.procs import free_port
 
 
 def test_a_standalone_controller_starts_and_stops(tmp_path: Path) -> None:
     conf = tmp_path / "controller.properties"
     conf.write_text(
-        f"controllerDLegerPeers=n0-127.0.0.1:{_free_port()}\ncontrollerDLegerSelfId=n0\n"
+        f"controllerDLegerPeers=n0-127.0.0.1:{free_port()}\ncontrollerDLegerSelfId=n0\n"
         f"controllerStorePath={tmp_path / 'raft'}\nlistenPort=0\nbindAddress=127.0.0.1\n"
     )
     with subprocess.Popen(

@@ -4,7 +4,6 @@ commitlog range both hold, read from their files), and nothing a SYNC_MASTER ack
 
 from __future__ import annotations
 
-import hashlib
 import signal
 import threading
 import time
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call
+from benchmarks.ha_pair import commitlog_digest
+from compat_tests.servers import call, create_topic_request
 from gateway.config import parse_properties
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from gateway.remoting.headers import CreateTopicRequestHeader
 from tests.broker.test_broker_server import send_header
 from tests.ha.procs import Proc, Producer, bodies, free_port, has_topic, until, write_properties
 from tests.ha.tcp_proxy import TcpProxy
@@ -61,17 +60,21 @@ class Pair:
             "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": ha_addr}
         )
         until(lambda: self._config(self.slave), 30, "the slave")
-        header = CreateTopicRequestHeader(
-            topic=TOPIC,
-            default_topic="TBW102",
-            read_queue_nums=QUEUES,
-            write_queue_nums=QUEUES,
-            perm=6,
-            topic_filter_type="SINGLE_TAG",
-        )
-        assert (
-            call(self.master, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())).code == 0
-        )
+        self.create_topic(TOPIC)
+
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv
+
+    def create_topic(self, topic: str, queues: int = QUEUES) -> None:
+        """UPDATE_AND_CREATE_TOPIC on the master, then wait until the NameServer routes it."""
+        assert call(self.master, create_topic_request(topic, queues)).code == ResponseCode.SUCCESS
+
+        def routed() -> bool:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            return call(self.namesrv, request).code == ResponseCode.SUCCESS
+
+        until(routed, 30, f"route of {topic}")
 
     def _broker(self, name: str, props: dict[str, str]) -> str:
         port = free_port()
@@ -109,27 +112,13 @@ class Pair:
         return end
 
     def assert_identical(self, end: int) -> None:
-        assert _digest(self.root / "master", end) == _digest(self.root / "slave", end)
+        assert commitlog_digest(self.root / "master", end) == commitlog_digest(self.root / "slave", end)
 
     def stop(self) -> None:
         if self.proxy is not None:
             self.proxy.close()
         for proc in reversed(self.procs):
             proc.stop()
-
-
-def _digest(store: Path, end: int) -> str:
-    """sha256 of the commitlog's first ``end`` bytes, read from its segment files."""
-    h = hashlib.sha256()
-    left = end
-    for segment in sorted((store / "commitlog").iterdir()):
-        if left <= 0:
-            break
-        with open(segment, "rb") as f:
-            chunk = f.read(min(left, SEGMENT))
-        h.update(chunk)
-        left -= len(chunk)
-    return h.hexdigest()
 
 
 @pytest.fixture

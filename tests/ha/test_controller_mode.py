@@ -5,7 +5,6 @@ cutting the tail it wrote that nobody acknowledged."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -30,15 +29,10 @@ from gateway.remoting.message import decode_offset_message_id
 from gateway.store.ha.epoch import EpochFileCache
 from tests.broker.conftest import sleep
 from tests.broker.test_broker_server import send_header
+from tests.ha.procs import free_port
 
 TOPIC = "FailoverTopic"
 GROUP = "broker-ctl"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def until(predicate: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> None:
@@ -55,7 +49,7 @@ class Cluster:
     def __init__(self, root: Path, client: RemotingClient, standalone: int = 0) -> None:
         self.root = root
         self.client = client
-        peers = ";".join(f"n{i}-127.0.0.1:{_free_port()}" for i in range(max(standalone, 1)))
+        peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(max(standalone, 1)))
 
         def controller_config(i: int) -> ControllerConfig:
             return load_controller_config(

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call
+from compat_tests.servers import call, create_topic_request
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from gateway.remoting.headers import CreateTopicRequestHeader
 from tests.ha.procs import Proc, Producer, bodies, free_port, has_topic, until, write_properties
 
 TOPIC = "KillTopic"
@@ -112,16 +111,7 @@ class Cluster:
         master = until(lambda: _master_addr(self.namesrv), 30, "a master")
         slave = next(addr for addr in self.brokers if addr != master)
         until(lambda: _sync_state_set(self.controller_addrs) == [1, 2], 30, "both brokers in the SyncStateSet")
-        header = CreateTopicRequestHeader(
-            topic=TOPIC,
-            default_topic="TBW102",
-            read_queue_nums=QUEUES,
-            write_queue_nums=QUEUES,
-            perm=6,
-            topic_filter_type="SINGLE_TAG",
-        )
-        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
-        assert call(master, request).code == ResponseCode.SUCCESS
+        assert call(master, create_topic_request(TOPIC, QUEUES)).code == ResponseCode.SUCCESS
         until(lambda: has_topic(slave, TOPIC), 30, "topic synced to the slave")
         return master
 

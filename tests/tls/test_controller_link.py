@@ -3,7 +3,6 @@ with tlsEnable registers, gets its id and becomes master over TLS."""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -16,14 +15,9 @@ from gateway.broker.controller import BrokerController
 from gateway.controller.config import load_controller_config
 from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
+from tests.ha.procs import free_port
 
 from .conftest import Pki
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest_twisted.ensureDeferred
@@ -40,7 +34,7 @@ async def test_a_broker_gets_its_role_from_a_tls_only_controller(tmp_path: Path,
     )
     ctl_cfg = load_controller_config(
         None,
-        {"controllerDLegerPeers": f"n0-127.0.0.1:{_free_port()}", "controllerStorePath": str(tmp_path / "ctl")},
+        {"controllerDLegerPeers": f"n0-127.0.0.1:{free_port()}", "controllerStorePath": str(tmp_path / "ctl")},
     )
     namesrv = NamesrvController(ns_cfg, reactor, system_properties=pki.server_props(), controller_config=ctl_cfg)
     namesrv.startService()
