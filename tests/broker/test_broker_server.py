@@ -9,6 +9,7 @@ import orjson
 import pytest_twisted
 from twisted.internet import defer, reactor
 
+from compat_tests.servers import create_topic_request
 from gateway.remoting.bodies import ConsumerData, HeartbeatData, ProducerData, SubscriptionData
 from gateway.remoting.codec import FrameDecoder
 from gateway.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -71,15 +72,7 @@ def pull_request(
 
 
 async def create_topic(broker: BrokerUnderTest, topic: str, queues: int = 4) -> None:
-    h = CreateTopicRequestHeader(
-        topic=topic,
-        default_topic="TBW102",
-        read_queue_nums=queues,
-        write_queue_nums=queues,
-        perm=6,
-        topic_filter_type="SINGLE_TAG",
-    )
-    resp = await broker.call(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, h.encode()))
+    resp = await broker.call(create_topic_request(topic, queues))
     assert resp.code == ResponseCode.SUCCESS, resp.remark
 
 
