@@ -56,7 +56,7 @@ class TcpProxy:
                         return
                     if not self._black_hole.is_set():
                         peers[sock].sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: select() on a socket cut() closed meanwhile
             return
         finally:
             self._drop(a, b)
