@@ -84,6 +84,7 @@ class Cluster:
                     "listenPort": str(port),
                     "namesrvAddr": self.namesrv,
                     "storePathRootDir": str(root / name),
+                    "mappedFileSizeCommitLog": str(16 * 1024 * 1024),  # not 1 GiB a broker on the test disk
                     "enableControllerMode": "true",
                     "controllerAddr": ";".join(self.controller_addrs),
                     "brokerRole": "SYNC_MASTER",
