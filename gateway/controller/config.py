@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.config import ConfigError, apply_properties, load_properties
+from gateway.config import (
+    ConfigError,
+    apply_properties,
+    black_listed,
+    config_properties,
+    format_properties,
+    load_properties,
+    remote_update,
+)
+from gateway.persist import write_atomically
 
 
 @dataclass
@@ -25,6 +34,10 @@ class ControllerConfig:
     # The remoting listener of a standalone controller (NettyServerConfig); embedded, the NameServer's.
     listenPort: int = 9878
     bindAddress: str = "0.0.0.0"
+    # Where UPDATE_CONTROLLER_CONFIG persists (the -c file of a standalone controller); none when empty.
+    configStorePath: str = ""
+    # Keys UPDATE_CONTROLLER_CONFIG refuses, ';'-separated (paths, programs and tls.* always).
+    configBlackList: str = "configBlackList;configStorePath"
 
     @property
     def peers(self) -> dict[str, str]:
@@ -49,6 +62,38 @@ class ControllerConfig:
             ) from None
 
 
+# The Raft group and the listener cannot change while running.
+_FIXED_BLACK_LIST = frozenset(
+    {
+        "controllerDLegerGroup",
+        "controllerDLegerPeers",
+        "controllerDLegerSelfId",
+        "scanNotActiveBrokerInterval",
+        "listenPort",
+        "bindAddress",
+    }
+)
+
+
+def update_controller_config(config: ControllerConfig, body: bytes) -> None:
+    """UPDATE_CONTROLLER_CONFIG: apply a properties body and persist it to ``configStorePath`` if set.
+
+    Raises :class:`~gateway.config.UpdateRefused` (black-listed or unknown key, bad value) and then nothing
+    changes; OSError if the file cannot be written.
+    """
+    remote_update(
+        body,
+        [config],
+        lambda key: black_listed(key, _FIXED_BLACK_LIST, config.configBlackList),
+        "UPDATE_CONTROLLER_CONFIG",
+    )
+    if config.configStorePath:
+        path = Path(config.configStorePath)
+        props = load_properties(path) if path.exists() else {}
+        props.update(config_properties(config))
+        write_atomically(path, format_properties(dict(sorted(props.items()))).encode())
+
+
 def load_controller_config(
     path: str | None = None, overrides: dict[str, str] | None = None, ignore: tuple[str, ...] = ("tls.",)
 ) -> ControllerConfig:
@@ -56,6 +101,7 @@ def load_controller_config(
     config = ControllerConfig()
     if path:
         apply_properties([config], load_properties(path), path, ignore=ignore)
+        config.configStorePath = config.configStorePath or path
     if overrides:
         apply_properties([config], overrides, "command line", ignore=ignore)
     try:

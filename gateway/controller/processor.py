@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from gateway.config import ConfigError, UpdateRefused, config_properties, properties_to_string
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -30,6 +31,7 @@ from gateway.remoting.controller_protocol import (
     SyncStateSet,
 )
 
+from .config import update_controller_config
 from .raft import NotLeader
 from .replicas import Result
 
@@ -60,6 +62,8 @@ class ControllerRequestProcessor:
             RequestCode.CONTROLLER_GET_REPLICA_INFO: self.get_replica_info,
             RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self.get_sync_state_data,
             RequestCode.CLEAN_BROKER_DATA: self.clean_broker_data,
+            RequestCode.GET_CONTROLLER_CONFIG: self.get_controller_config,
+            RequestCode.UPDATE_CONTROLLER_CONFIG: self.update_controller_config,
         }
 
     # -- plumbing
@@ -198,6 +202,24 @@ class ControllerRequestProcessor:
             return self.manager.replicas.check_clean_broker_data(h.broker_name, ids)
 
         return self.run(request, check)
+
+    def get_controller_config(self, _channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """GET_CONTROLLER_CONFIG (mqadmin getControllerConfig): every setting as ``key=value`` lines."""
+        return request.response(body=properties_to_string(config_properties(self.manager.config)).encode())
+
+    def update_controller_config(self, _channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """UPDATE_CONTROLLER_CONFIG: as UPDATE_NAMESRV_CONFIG (black list NO_PERMISSION, unknown keys
+        INVALID_PARAMETER, all or nothing). Apache refuses only configStorePath; we refuse paths and the Raft
+        group too. This controller only: each controller has its own file, as in Apache."""
+        if request.body:
+            try:
+                update_controller_config(self.manager.config, request.body)
+            except UpdateRefused as e:
+                return request.response(e.code, e.remark)
+            except (OSError, ConfigError) as e:
+                log.error("persist controller config failed: {error}", error=e)
+                return request.response(ResponseCode.SYSTEM_ERROR, "config updated but not persisted")
+        return request.response()
 
 
 def _not_leader(request: RemotingCommand) -> RemotingCommand:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from twisted.internet import task
@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> None:
         config = load_namesrv_config(args.configFile)
         props = system_properties(args.configFile)
         controller = (
-            load_controller_config(args.configFile, ignore=("tls.", *(f.name for f in fields(NamesrvConfig))))
+            # configStorePath in this file is the NameServer's: an embedded controller's updates stay in memory.
+            replace(
+                load_controller_config(args.configFile, ignore=("tls.", *(f.name for f in fields(NamesrvConfig)))),
+                configStorePath="",
+            )
             if config.enableControllerInNamesrv
             else None
         )
