@@ -164,6 +164,10 @@ class PullMessageProcessor:
             suggest = group_cfg.which_broker_when_consume_slowly
         elif cfg.slaveReadEnable:
             suggest = group_cfg.broker_id
+        if code == ResponseCode.PULL_OFFSET_MOVED and cfg.is_slave and not broker.store_config.offsetCheckInSlave:
+            # As 4.9.8: a slave may only be behind, so it does not correct the consumer's offset; it sends it
+            # to the group's broker to try again.
+            code, suggest = ResponseCode.PULL_RETRY_IMMEDIATELY, group_cfg.broker_id
         ext = PullMessageResponseHeader(
             suggest_which_broker_id=suggest,
             next_begin_offset=result.next_begin_offset,
