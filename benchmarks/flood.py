@@ -1,7 +1,7 @@
 """Config-change flood: many new consumer groups (or auto-created topics) at once, and what other clients see.
 
     python -m benchmarks.flood                                 # 3000 new groups against this tree
-    python -m benchmarks.flood --src /tmp/base --src .         # before and after, alternating
+    python -m benchmarks.flood --src "$BASE" --src .           # $BASE: a checkout of the commit before, alternating
     python -m benchmarks.flood --kind send --requests 1000     # new topics through TBW102 instead
 
 Each run starts a NameServer and a Broker in one child process (as ``python -m gateway`` does), importing

@@ -30,5 +30,5 @@ def test_written_properties_read_back_unchanged(props: dict[str, str]) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(_TEXT, _TEXT, max_size=4), _TEXT, _TEXT)
 def test_a_hostile_value_never_adds_a_key(props: dict[str, str], key: str, value: str) -> None:
-    injected = {**props, key: value + "\nkvConfigPath=/tmp/p/kv.json\ntls.server.mode=disabled"}
+    injected = {**props, key: value + "\nkvConfigPath=../p/kv.json\ntls.server.mode=disabled"}
     assert parse_properties(format_properties(injected)).keys() == injected.keys()

@@ -101,7 +101,7 @@ def test_update_refuses_black_listed_keys_and_changes_nothing(tmp_path, key):
     config = load_namesrv_config(path)
     before = (config.to_properties(), path.read_bytes())
     with pytest.raises(UpdateRefused) as refused:
-        update_namesrv_config(config, f"orderMessageEnable=true\n{key}=/tmp/x\n".encode())
+        update_namesrv_config(config, f"orderMessageEnable=true\n{key}=../x\n".encode())
     assert (refused.value.code, refused.value.remark) == (
         ResponseCode.NO_PERMISSION,
         "Can not update config in black list.",
@@ -115,7 +115,7 @@ def test_configured_black_list_adds_keys(tmp_path):
         update_namesrv_config(config, b"orderMessageEnable=true")
     # The fixed keys stay refused even when configBlackList leaves them out.
     with pytest.raises(UpdateRefused, match="black list"):
-        update_namesrv_config(config, b"kvConfigPath=/tmp/kv.json")
+        update_namesrv_config(config, b"kvConfigPath=../kv.json")
 
 
 def test_update_refuses_unknown_keys_naming_them(tmp_path):
@@ -141,8 +141,8 @@ def test_persisted_values_keep_newlines_and_separators(tmp_path):
     path = tmp_path / "namesrv.properties"
     path.write_text("listenPort=9999\n")
     config = load_namesrv_config(path)
-    update_namesrv_config(config, rb"productEnvName=x\nkvConfigPath=/tmp/p/kv.json\r\ntls.server.mode=disabled\\")
-    hostile = "x\nkvConfigPath=/tmp/p/kv.json\r\ntls.server.mode=disabled\\"
+    update_namesrv_config(config, rb"productEnvName=x\nkvConfigPath=../p/kv.json\r\ntls.server.mode=disabled\\")
+    hostile = "x\nkvConfigPath=../p/kv.json\r\ntls.server.mode=disabled\\"
     assert config.productEnvName == hostile
     assert load_properties(path).keys() == config.to_properties().keys()  # no key was added
     again = load_namesrv_config(path)

@@ -297,7 +297,7 @@ async def test_get_and_update_namesrv_config(addr, client, namesrv, namesrv_conf
     assert namesrv.config.orderMessageEnable is True
     with open(namesrv_config.configStorePath) as saved:
         assert "orderMessageEnable=true\n" in saved.read()
-    refused = request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigPath=/tmp/elsewhere.json\n")
+    refused = request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigPath=../elsewhere.json\n")
     response = await client.invoke(addr, refused)
     assert (response.code, response.remark) == (ResponseCode.NO_PERMISSION, "Can not update config in black list.")
     bad = request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"scanNotActiveBrokerInterval=often\n")

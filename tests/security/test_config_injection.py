@@ -4,6 +4,8 @@ listener. Each attack is replayed over loopback, then the server is restarted fr
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -54,7 +56,8 @@ async def _update_namesrv(client: RemotingClient, conf: Path, body: bytes) -> tu
     return response, controller.config
 
 
-EVIL = "/tmp/rocketmq-gateway-evil/kv.json"
+# Where an injected kvConfigPath would point: the system temp dir, looked at afterwards.
+EVIL = os.path.join(tempfile.gettempdir(), "rocketmq-gateway-evil", "kv.json")
 
 NAMESRV_ATTACKS = [
     # (body, expected code, productEnvName afterwards when accepted)
@@ -64,11 +67,11 @@ NAMESRV_ATTACKS = [
     (rb"productEnvName=a=b:c\=d\:e#f!g\\", ResponseCode.SUCCESS, "a=b:c=d:e#f!g\\"),
     ("productEnvName=x\u2028kvConfigPath=/e\x85\u00e9\U0001f600".encode(), ResponseCode.SUCCESS, None),
     (b"productEnvName=x\nkvConfigPath=" + EVIL.encode(), ResponseCode.NO_PERMISSION, None),
-    (b"productEnvName=x\rconfigStorePath=/tmp/evil.properties", ResponseCode.NO_PERMISSION, None),
+    (b"productEnvName=x\rconfigStorePath=../evil.properties", ResponseCode.NO_PERMISSION, None),
     (b"kvConfigPath=" + EVIL.encode(), ResponseCode.NO_PERMISSION, None),
-    (b"configStorePath=/tmp/evil.properties", ResponseCode.NO_PERMISSION, None),
+    (b"configStorePath=../evil.properties", ResponseCode.NO_PERMISSION, None),
     (b"tls.server.mode=disabled", ResponseCode.NO_PERMISSION, None),
-    (b"tls.config.file=/tmp/evil.properties", ResponseCode.NO_PERMISSION, None),
+    (b"tls.config.file=../evil.properties", ResponseCode.NO_PERMISSION, None),
     (b"rocketmqHome=/tmp", ResponseCode.NO_PERMISSION, None),
     (b"configBlackList=", ResponseCode.NO_PERMISSION, None),
     (b"listenPort=1", ResponseCode.NO_PERMISSION, None),
@@ -156,10 +159,10 @@ def _update_broker(client: RemotingClient, broker: BrokerController, body: bytes
 async def test_update_broker_config_persists_escaped_and_adds_no_key(tmp_path, client, conf_broker):
     conf = tmp_path / "broker.conf"
     keys_before = set(load_properties(conf))
-    body = rb"regionId=x\nstorePathRootDir=/tmp/evil\r\ntls.server.mode=disabled\\" + b"\nfileReservedTime=48"
+    body = rb"regionId=x\nstorePathRootDir=../evil\r\ntls.server.mode=disabled\\" + b"\nfileReservedTime=48"
     response = await _update_broker(client, conf_broker, body)
     assert response.code == ResponseCode.SUCCESS, response.remark
-    hostile = "x\nstorePathRootDir=/tmp/evil\r\ntls.server.mode=disabled\\"
+    hostile = "x\nstorePathRootDir=../evil\r\ntls.server.mode=disabled\\"
     assert (conf_broker.config.regionId, conf_broker.store_config.fileReservedTime) == (hostile, 48)
 
     # The file read back: the value with its newline intact, only the changed keys added, the rest as it was.
@@ -201,7 +204,7 @@ BROKER_BLACK_LIST = [
 async def test_update_broker_config_refuses_paths_programs_and_listener(tmp_path, client, conf_broker, key):
     conf = tmp_path / "broker.conf"
     before = (conf.read_bytes(), conf_broker.all_config())
-    response = await _update_broker(client, conf_broker, f"regionId=r2\n{key}=/tmp/evil\n".encode())
+    response = await _update_broker(client, conf_broker, f"regionId=r2\n{key}=../evil\n".encode())
     assert (response.code, response.remark) == (ResponseCode.NO_PERMISSION, BLACK_LIST)
     assert (conf.read_bytes(), conf_broker.all_config()) == before
 

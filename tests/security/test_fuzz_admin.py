@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,8 @@ from tests.broker.test_broker_server import create_topic, send
 
 MAX_EXAMPLES = 30  # per request code
 MARK = "fuzz_mark"
-ILLEGAL_NAMES = ["", "  ", f"../../../../tmp/{MARK}", "a/b", "abc\n", "x" * 300, "tópico", "a\x00b", ".."]
+TMP = tempfile.gettempdir()
+ILLEGAL_NAMES = ["", "  ", f"../../../..{TMP}/{MARK}", "a/b", "abc\n", "x" * 300, "tópico", "a\x00b", ".."]
 LEGAL_NAME = st.from_regex(r"[%|a-zA-Z0-9_-]{1,30}", fullmatch=True)
 
 # A body's shape: property -> kind; a dict is a nested bean, ("list", x) an array of x, ("map", x) an object of x.
@@ -245,7 +247,7 @@ async def test_broker_json_bodies(make_broker: Callable[..., BrokerUnderTest], t
         served = await b.call(RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         assert set(SubscriptionGroupWrapper.from_json(fastjson.loads(served.body)).subscription_group_table) == groups
         assert all(type(g) is str for g in groups) and all(type(t) is str for t in topics)
-        assert not any(MARK in p.name for p in tmp_path.rglob("*")) and not any(MARK in n for n in os.listdir("/tmp"))
+        assert not any(MARK in p.name for p in tmp_path.rglob("*")) and not any(MARK in n for n in os.listdir(TMP))
     finally:
         await b.stop()
     # Everything the fuzzing made the broker save loads again.
@@ -361,14 +363,14 @@ async def test_acl_admin_header_values(make_broker: Callable[..., BrokerUnderTes
             headers = st.fixed_dictionaries({}, optional={k: ACL_VALUES for k in keys})
             if code == RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG:  # a path of our choosing, found if written
                 headers = headers.map(
-                    lambda h: {**h, "aclFileFullPath": f"/tmp/{MARK}/" + h.get("aclFileFullPath", "")}
+                    lambda h: {**h, "aclFileFullPath": f"{TMP}/{MARK}/" + h.get("aclFileFullPath", "")}
                 )
             for ext in draw(headers):
                 resp = await b.call(signed(RemotingCommand.request(code, ext), ADMIN))
                 assert_answered(resp, ext)
         listed = await b.call(signed(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG), ADMIN))
         assert listed.code == ResponseCode.SUCCESS
-        assert not any(MARK in p.name for p in tmp_path.rglob("*")) and not any(MARK in n for n in os.listdir("/tmp"))
+        assert not any(MARK in p.name for p in tmp_path.rglob("*")) and not any(MARK in n for n in os.listdir(TMP))
     finally:
         await b.stop()
     # The accounts file the fuzzing rewrote still parses, and a broker starts on it with ACL working.

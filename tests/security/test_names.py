@@ -7,6 +7,7 @@ or removed outside the store; the broker keeps serving.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,8 +28,9 @@ from tests.broker.conftest import BrokerUnderTest, sleep
 from tests.broker.test_broker_server import create_topic, send
 
 MARK = "pwned_by_name"
+TMP = tempfile.gettempdir()  # where an escaping name would most likely land
 HOSTILE = [
-    f"../../../../../../tmp/{MARK}",
+    f"../../../../../..{TMP}/{MARK}",
     f"../../{MARK}",
     f"{MARK}/../../x",
     f"{MARK}\n",  # Python's `$` matches before a trailing newline
@@ -108,9 +110,9 @@ OPTIONAL = {
 
 
 def _escaped(root: Path) -> list[str]:
-    """Files or directories named after MARK anywhere they could land: the test's tree and /tmp."""
+    """Files or directories named after MARK anywhere they could land: the test's tree and the temp dir."""
     found = [str(p) for p in root.rglob(f"*{MARK}*")]
-    found += [e.path for e in os.scandir("/tmp") if MARK in e.name]
+    found += [e.path for e in os.scandir(TMP) if MARK in e.name]
     return found
 
 
@@ -139,7 +141,7 @@ async def test_send_back_with_traversing_group_creates_nothing(broker: BrokerUnd
     # The attack: %DLQ% + group became a directory path, and delayLevel=-1 sends straight to the DLQ.
     resp = await send(broker, "Legal_Topic", b"m", {})
     assert resp.code == ResponseCode.SUCCESS
-    header = ConsumerSendMsgBackRequestHeader(0, f"../../../../tmp/{MARK}", -1).encode()
+    header = ConsumerSendMsgBackRequestHeader(0, f"../../../..{TMP}/{MARK}", -1).encode()
     resp = await broker.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header))
     assert resp.code == ResponseCode.INVALID_PARAMETER
     assert _escaped(tmp_path) == []
