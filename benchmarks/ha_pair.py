@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compat_tests.servers import GatewayServers, call
+from compat_tests.servers import GatewayServers, call, free_port
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
@@ -78,12 +77,6 @@ def commitlog_digest(store: Path, end: int) -> str:
         h.update(chunk)
         left -= len(chunk)
     return h.hexdigest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_slave(root: Path, namesrv: str, flush: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -48,6 +48,13 @@ def call(
                     return cmd
 
 
+def free_port() -> int:
+    """A loopback port free right now (for a child process's config file, which cannot say "any port")."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> RemotingCommand:
     """UPDATE_AND_CREATE_TOPIC of a read-write topic with ``queues`` read and write queues (mqadmin updateTopic)."""
     header = CreateTopicRequestHeader(

@@ -10,7 +10,7 @@ table starts empty.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime
@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from twisted.logger import Logger
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, format_properties, load_properties
 
 log = Logger()
 T = TypeVar("T")
@@ -64,6 +64,16 @@ def write_atomically(path: str | Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def rewrite_properties(path: str | Path, settings: Mapping[str, str], *, sort: bool = False) -> None:
+    """Rewrite a properties file with ``settings`` over the keys it holds (the others kept, unknown ones too),
+    escaped as Java's ``Properties.store`` escapes (a value can never add a key), atomically; ``sort`` orders
+    the keys."""
+    p = Path(path)
+    props = load_properties(p) if p.exists() else {}
+    props.update(settings)
+    write_atomically(p, format_properties(dict(sorted(props.items())) if sort else props).encode())
 
 
 def load_with_backup(path: str | Path, parse: Callable[[bytes], T]) -> T | None:

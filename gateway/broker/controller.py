@@ -134,6 +134,7 @@ class BrokerController(service.Service):
         # Controller mode: a check before every send that waits for replicas (minInSyncReplicas).
         self.put_refused = self.replicas.put_refused if self.replicas is not None else None
         if self.replicas is not None:
+            self.dispatcher.register_all(self.replicas.handlers())
             config.brokerRole = store_config.brokerRole = "SLAVE"
             self.registration.on_hold = True
         self.ha_service: HAService | None = None

@@ -101,7 +101,6 @@ class ReplicasManager:
         self.epochs.load()
         self._load_identity()
         cfg = self.broker.config
-        self.broker.dispatcher.register_all(self.handlers())
         self._every(cfg.brokerHeartbeatInterval / 1000, self._heartbeat)
         self._every(cfg.syncControllerMetadataPeriod / 1000, self._sync_replica_info)
         self._every(cfg.checkSyncStateSetPeriod / 1000, self._check_sync_state_set, now=False)
@@ -449,7 +448,7 @@ class ReplicasManager:
         """A slave caught up: it joins the SyncStateSet if it holds everything since this epoch began."""
         if broker_id in self.sync_state_set or self.broker.config.is_slave or self._altering:
             return
-        if offset >= self._epoch_start():
+        if offset >= self.epochs.last_start_offset:
             self._alter_sync_state_set(self.sync_state_set | {broker_id})
 
     def _acknowledged_offset(self) -> int:
@@ -481,10 +480,6 @@ class ReplicasManager:
         if in_sync < cfg.minInSyncReplicas or (not cfg.allAckInSyncStateSet and cfg.inSyncReplicas > in_sync):
             return ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough"
         return None
-
-    def _epoch_start(self) -> int:
-        entries = self.epochs.entries(self.broker.store.get_max_phy_offset())
-        return entries[-1].start_offset if entries else 0
 
     def _check_sync_state_set(self) -> None:
         """Shrink: a slave that has not caught up for haMaxTimeSlaveNotCatchup ms (or is gone) leaves."""

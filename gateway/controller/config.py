@@ -11,11 +11,10 @@ from gateway.config import (
     apply_properties,
     black_listed,
     config_properties,
-    format_properties,
     load_properties,
     remote_update,
 )
-from gateway.persist import write_atomically
+from gateway.persist import rewrite_properties
 
 
 @dataclass
@@ -88,10 +87,7 @@ def update_controller_config(config: ControllerConfig, body: bytes) -> None:
         "UPDATE_CONTROLLER_CONFIG",
     )
     if config.configStorePath:
-        path = Path(config.configStorePath)
-        props = load_properties(path) if path.exists() else {}
-        props.update(config_properties(config))
-        write_atomically(path, format_properties(dict(sorted(props.items()))).encode())
+        rewrite_properties(config.configStorePath, config_properties(config), sort=True)
 
 
 def load_controller_config(

@@ -30,6 +30,7 @@ from gateway.remoting.controller_protocol import (
     RegisterBrokerToControllerRequestHeader,
     SyncStateSet,
 )
+from gateway.remoting.headers import ext_value
 
 from .config import update_controller_config
 from .raft import NotLeader
@@ -227,10 +228,6 @@ def _not_leader(request: RemotingCommand) -> RemotingCommand:
 
 
 def _answer(request: RemotingCommand, result: Result) -> RemotingCommand:
-    ext = {k: _text(v) for k, v in result.header.items() if v is not None}
+    ext = {k: ext_value(v) for k, v in result.header.items() if v is not None}
     body = fastjson.dumps(result.body) if result.body is not None else b""
     return request.response(result.code, result.remark, ext, body)
-
-
-def _text(value: Any) -> str:
-    return "true" if value is True else "false" if value is False else str(value)

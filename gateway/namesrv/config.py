@@ -15,11 +15,10 @@ from gateway.config import (
     apply_properties,
     black_listed,
     config_properties,
-    format_properties,
     load_properties,
     remote_update,
 )
-from gateway.persist import write_atomically
+from gateway.persist import rewrite_properties
 
 # Keys another part of the program reads: TLS, and the embedded controller's (gateway.controller.config).
 IGNORED_PREFIXES = ("tls.", "controller", "enableElectUncleanMaster", "notifyBrokerRoleChanged")
@@ -109,7 +108,4 @@ def update_namesrv_config(config: NamesrvConfig, body: bytes) -> None:
 
 def persist_namesrv_config(config: NamesrvConfig) -> None:
     """Rewrite ``configStorePath`` with every setting, sorted, keeping the keys it holds that we do not know."""
-    path = Path(config.configStorePath)
-    props = load_properties(path) if path.exists() else {}
-    props.update(config.to_properties())
-    write_atomically(path, format_properties(dict(sorted(props.items()))).encode())
+    rewrite_properties(config.configStorePath, config.to_properties(), sort=True)

@@ -63,7 +63,8 @@ def _remember(known: set[str], name: str) -> None:
     known.add(name)
 
 
-def _format(v: Any) -> str:
+def ext_value(v: Any) -> str:
+    """A header value as extFields carry it: Java's toString, booleans lower-case."""
     if v is True:
         return "true"
     if v is False:
@@ -162,7 +163,7 @@ class CommandHeader:
         for attr, key, _parse, _required, _default in spec:
             v = getattr(self, attr)
             if v is not None:
-                out[key] = _format(v)
+                out[key] = ext_value(v)
         return out
 
 
@@ -222,7 +223,7 @@ class SendMessageRequestHeader(CommandHeader):
         for attr, key in names.items():
             v = getattr(self, attr)
             if v is not None:
-                out[key] = _format(v)
+                out[key] = ext_value(v)
         return out
 
 

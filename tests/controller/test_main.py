@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest_twisted
 from twisted.internet import reactor
 
+from compat_tests.servers import free_port
 from gateway.config import parse_properties
 from gateway.controller.config import load_controller_config
 from gateway.controller.service import ControllerManager
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from tests.ha.procs import free_port
 
 
 def test_a_standalone_controller_starts_and_stops(tmp_path: Path) -> None:

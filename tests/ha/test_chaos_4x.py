@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ha_pair import commitlog_digest
-from compat_tests.servers import call, create_topic_request
+from compat_tests.servers import call, create_topic_request, free_port
 from gateway.config import parse_properties
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from tests.broker.test_broker_server import send_header
-from tests.ha.procs import Proc, Producer, bodies, free_port, has_topic, until, write_properties
+from tests.ha.procs import Proc, Producer, bodies, has_topic, until, write_properties
 from tests.ha.tcp_proxy import TcpProxy
 
 TOPIC = "ChaosTopic"

@@ -14,6 +14,7 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from compat_tests.servers import free_port
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.controller.config import ControllerConfig, load_controller_config
@@ -29,7 +30,6 @@ from gateway.remoting.message import decode_offset_message_id
 from gateway.store.ha.epoch import EpochFileCache
 from tests.broker.conftest import sleep
 from tests.broker.test_broker_server import send_header
-from tests.ha.procs import free_port
 
 TOPIC = "FailoverTopic"
 GROUP = "broker-ctl"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call, create_topic_request
+from compat_tests.servers import call, create_topic_request, free_port
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from tests.ha.procs import Proc, Producer, bodies, free_port, has_topic, until, write_properties
+from tests.ha.procs import Proc, Producer, bodies, has_topic, until, write_properties
 
 TOPIC = "KillTopic"
 GROUP = "broker-kill"

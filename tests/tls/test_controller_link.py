@@ -10,12 +10,12 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
+from compat_tests.servers import free_port
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.controller.config import load_controller_config
 from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
-from tests.ha.procs import free_port
 
 from .conftest import Pki
 

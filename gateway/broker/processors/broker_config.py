@@ -15,11 +15,9 @@ from gateway.config import (
     ConfigError,
     UpdateRefused,
     black_listed,
-    format_properties,
-    load_properties,
     remote_update,
 )
-from gateway.persist import write_atomically
+from gateway.persist import rewrite_properties
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 
@@ -92,7 +90,4 @@ class BrokerConfigProcessor:
 def persist_broker_config(path: str | Path, changed: dict[str, str]) -> None:
     """Rewrite the broker's config file with ``changed`` over the keys it holds, escaped as Java's
     ``Properties.store`` escapes (a value can never add a key); only keys a client changed are added."""
-    p = Path(path)
-    props = load_properties(p) if p.exists() else {}
-    props.update(changed)
-    write_atomically(p, format_properties(props).encode())
+    rewrite_properties(path, changed)

@@ -11,12 +11,12 @@ lines; it is replaced atomically.
 
 from __future__ import annotations
 
-import os
 import zlib
 from pathlib import Path
 
 from twisted.logger import Logger
 
+from gateway.persist import write_atomically
 from gateway.remoting.controller_protocol import EpochEntry
 
 log = Logger()
@@ -59,18 +59,17 @@ class EpochFileCache:
 
     def _persist(self) -> None:
         body = "".join(f"{e.epoch}-{e.start_offset}\n" for e in self._entries)
-        content = f"{len(self._entries)}\n{_crc32(body)}\n{body}"
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, f"{len(self._entries)}\n{_crc32(body)}\n{body}".encode())
 
     @property
     def last_epoch(self) -> int:
         """The newest epoch, -1 without any."""
         return self._entries[-1].epoch if self._entries else -1
+
+    @property
+    def last_start_offset(self) -> int:
+        """Where the newest epoch began, 0 without any."""
+        return self._entries[-1].start_offset if self._entries else 0
 
     def entries(self, max_offset: int) -> list[EpochEntry]:
         """The history with end offsets, as far as a commitlog ending at ``max_offset`` holds it."""

@@ -212,15 +212,11 @@ class HAService(Factory):
         for conn in list(self.connections):
             conn.transfer()
 
-    def slave_ack_offset(self) -> int:
-        """The highest offset a connected slave reported, -1 without slaves."""
-        return max((c.slave_ack_offset for c in self.connections), default=-1)
-
-    def slave_reported(self, offset: int, conn: HAConnection | None = None) -> None:
-        """A slave holds the commitlog up to ``offset``: answer the sends that waited for it."""
+    def slave_reported(self, offset: int, conn: HAConnection) -> None:
+        """``conn``'s slave holds the commitlog up to ``offset``: answer the sends that waited for it."""
         if offset > self.push_to_slave_max_offset:
             self.push_to_slave_max_offset = offset
-        broker_id = conn.decoder.slave_broker_id if conn is not None else None
+        broker_id = conn.decoder.slave_broker_id
         if broker_id is not None and 0 <= conn.last_master_max_offset <= offset:
             # Controller mode: when each slave last held everything (connectionCaughtUpTimeTable).
             self.caught_up_at[broker_id] = conn.last_transfer_time
