@@ -16,8 +16,8 @@ from gateway.__main__ import GatewayService
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.client import Admin
-from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
+from tests.namesrv.conftest import loopback_namesrv_config
 
 _names = itertools.count()
 
@@ -39,15 +39,7 @@ class Servers:
 @pytest_twisted.async_yield_fixture(scope="module")
 async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Servers]:
     root: Path = tmp_path_factory.mktemp("gateway")
-    namesrv_cfg = load_namesrv_config(
-        None,
-        {
-            "listenPort": "0",
-            "bindAddress": "127.0.0.1",
-            "kvConfigPath": str(root / "kvConfig.json"),
-            "configStorePath": str(root / "namesrv.properties"),
-        },
-    )
+    namesrv_cfg = loopback_namesrv_config(root)
     broker_cfg, store_cfg = load_broker_config(
         None,
         {

@@ -19,7 +19,6 @@ from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.controller.config import ControllerConfig, load_controller_config
 from gateway.controller.service import ControllerManager
-from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import TopicRouteData
@@ -30,6 +29,7 @@ from gateway.remoting.message import decode_offset_message_id
 from gateway.store.ha.epoch import EpochFileCache
 from tests.broker.conftest import sleep
 from tests.broker.test_broker_server import send_header
+from tests.namesrv.conftest import loopback_namesrv_config
 
 TOPIC = "FailoverTopic"
 GROUP = "broker-ctl"
@@ -64,16 +64,7 @@ class Cluster:
                 },
             )
 
-        ns_cfg = load_namesrv_config(
-            None,
-            {
-                "listenPort": "0",
-                "bindAddress": "127.0.0.1",
-                "kvConfigPath": str(root / "kv.json"),
-                "configStorePath": str(root / "namesrv.properties"),
-                "enableControllerInNamesrv": "false" if standalone else "true",
-            },
-        )
+        ns_cfg = loopback_namesrv_config(root, enableControllerInNamesrv="false" if standalone else "true")
         self.namesrv = NamesrvController(ns_cfg, reactor, controller_config=controller_config(0))
         self.controllers = [
             ControllerManager(controller_config(i), reactor, raft_timeouts=(0.2, 0.5)) for i in range(standalone)

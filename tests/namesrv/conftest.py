@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import pytest_twisted
 
-from gateway.namesrv.config import NamesrvConfig
+from gateway.namesrv.config import NamesrvConfig, load_namesrv_config
 from gateway.namesrv.service import NamesrvController
 from gateway.remoting.client import RemotingClient
+
+
+def loopback_namesrv_config(root: Path, **settings: str) -> NamesrvConfig:
+    """A NameServer on 127.0.0.1 port 0 with its files under ``root``, and ``settings`` (namesrv.properties keys)."""
+    return load_namesrv_config(
+        None,
+        {
+            "listenPort": "0",
+            "bindAddress": "127.0.0.1",
+            "kvConfigPath": str(root / "kvConfig.json"),
+            "configStorePath": str(root / "namesrv.properties"),
+            **settings,
+        },
+    )
 
 
 @pytest.fixture

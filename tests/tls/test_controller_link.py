@@ -14,24 +14,15 @@ from compat_tests.servers import free_port
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.controller.config import load_controller_config
-from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
+from tests.namesrv.conftest import loopback_namesrv_config
 
 from .conftest import Pki
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_broker_gets_its_role_from_a_tls_only_controller(tmp_path: Path, pki: Pki) -> None:
-    ns_cfg = load_namesrv_config(
-        None,
-        {
-            "listenPort": "0",
-            "bindAddress": "127.0.0.1",
-            "kvConfigPath": str(tmp_path / "kv.json"),
-            "configStorePath": str(tmp_path / "namesrv.properties"),
-            "enableControllerInNamesrv": "true",
-        },
-    )
+    ns_cfg = loopback_namesrv_config(tmp_path, enableControllerInNamesrv="true")
     ctl_cfg = load_controller_config(
         None,
         {"controllerDLegerPeers": f"n0-127.0.0.1:{free_port()}", "controllerStorePath": str(tmp_path / "ctl")},

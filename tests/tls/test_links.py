@@ -13,13 +13,13 @@ from twisted.internet.task import deferLater
 from gateway.__main__ import GatewayService
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
-from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.tls.client import client_endpoint_factory
 from gateway.tls.config import TlsConfig
+from tests.namesrv.conftest import loopback_namesrv_config
 
 from .conftest import Pki, call_in_thread, client_context
 
@@ -35,15 +35,7 @@ class TlsGateway:
 @pytest_twisted.async_yield_fixture
 async def gateway(tmp_path: Path, pki: Pki) -> AsyncIterator[TlsGateway]:
     """NameServer and broker in enforcing mutual TLS; the broker's own links use TLS too."""
-    namesrv_cfg = load_namesrv_config(
-        None,
-        {
-            "listenPort": "0",
-            "bindAddress": "127.0.0.1",
-            "kvConfigPath": str(tmp_path / "kv.json"),
-            "configStorePath": str(tmp_path / "namesrv.properties"),
-        },
-    )
+    namesrv_cfg = loopback_namesrv_config(tmp_path)
     broker_cfg, store_cfg = load_broker_config(
         None,
         {
