@@ -7,6 +7,7 @@ crashes, lets the test bound the time, and gives it its own ``HOME`` (it writes 
 * ``produce``: ``{"event": "sent", "i": ..., "msg_id": ..., "offset": ...}`` per acknowledged message
   (none for oneway), ``{"event": "send_error", ...}`` per failed attempt, and a final
   ``{"event": "done", "sent": n, "failed": [i, ...]}``; exit 0 only if every message was acknowledged.
+  With ``--count 0`` it sends one message after another (sync) until stdin is closed.
 * ``consume`` (push consumer): ``{"event": "started"}``, one ``{"event": "msg", ...}`` per delivery,
   then ``{"event": "done", "received": n}``. It stops once ``--expect`` messages arrived and no further
   delivery came for ``--linger`` seconds, or when stdin is closed (``--expect 0``); exit 3 on timeout.
@@ -181,6 +182,14 @@ def produce(args: argparse.Namespace) -> int:
             _emit(lock, event="timeout", pending=sorted(pending))
             sys.stdout.flush()
             os._exit(EXIT_TIMEOUT)
+    elif args.count == 0:  # sync sends until stdin is closed (a fault test's load)
+        stdin_closed = threading.Event()
+        threading.Thread(target=lambda: (sys.stdin.read(), stdin_closed.set()), daemon=True).start()
+        i = args.start
+        while not stdin_closed.is_set():
+            if not attempt(sync_one, [i]):
+                failed.append(i)
+            i += 1
     else:
         modes = {"sync": (sync_one, 1), "oneway": (oneway_one, 1), "batch": (batch_send, args.batch_size)}
         send, size = {**modes, "orderly": (orderly_one, 1)}[args.mode]
@@ -191,7 +200,7 @@ def produce(args: argparse.Namespace) -> int:
     producer.shutdown()
     _emit(lock, event="done", sent=len(sent), failed=sorted(failed))
     sys.stdout.flush()
-    os._exit(0 if not failed and len(sent) == args.count else 1)
+    os._exit(0 if not failed and (args.count == 0 or len(sent) == args.count) else 1)
 
 
 def consume(args: argparse.Namespace) -> int:
@@ -280,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--ons-channel", default="ALIYUN")
     p = sub.choices["produce"]
     p.add_argument("--run", required=True)
-    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--count", type=int, required=True, help="0: sync sends until stdin is closed")
     p.add_argument("--start", type=int, default=0)
     p.add_argument("--mode", choices=("sync", "async", "oneway", "batch", "orderly"), default="sync")
     p.add_argument("--order-keys", type=int, default=8)

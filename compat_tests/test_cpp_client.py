@@ -126,13 +126,18 @@ def run_cpp(home: Path, command: str, servers: Any, topic: str, group: str, *ext
 
 
 class Background:
-    """A child consumer running until its stdin is closed; a thread collects its JSON lines."""
+    """A child consumer (or, with ``command="produce"``, a producer) running until its stdin is closed; a
+    thread collects its JSON lines."""
 
-    def __init__(self, home: Path, servers: Any, topic: str, group: str, *extra: Any, timeout: float = 60) -> None:
+    def __init__(
+        self, home: Path, servers: Any, topic: str, group: str, *extra: Any, timeout: float = 60, command="consume"
+    ) -> None:
         self.home = home
         self.timeout = timeout
+        self.command = command
+        until_closed = ("--expect", 0) if command == "consume" else ("--count", 0)
         self.proc = subprocess.Popen(
-            _command("consume", servers, topic, group, timeout, "--expect", 0, *extra),
+            _command(command, servers, topic, group, timeout, *until_closed, *extra),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -187,7 +192,7 @@ class Background:
             if stream is not None:
                 stream.close()
         with self._lock:
-            return Run("consume", self.proc.returncode, "".join(self.lines), "".join(self.err), self.home)
+            return Run(self.command, self.proc.returncode, "".join(self.lines), "".join(self.err), self.home)
 
 
 def produce(

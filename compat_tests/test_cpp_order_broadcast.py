@@ -55,7 +55,18 @@ def test_orderly_members_keep_each_key_in_order(servers, tmp_path):
     first = {int(m["props"]["idx"]): m for m in runs[0].messages}
     again = [m for m in runs[1].messages if int(m["props"]["idx"]) in first]
     assert all(first[int(m["props"]["idx"])]["t0"] < m["t0"] for m in again), "a repeat that is not a handover"
-    assert len(msgs) == 240 + len(again) and len(again) <= 4 * 3, f"{len(again)} repeated messages"
+    assert len(msgs) == 240 + len(again)
+    # How many repeat depends on timing (the old owner's last persist); which ones does not: on each queue
+    # handed over, the last messages the old owner consumed before it let the queue go.
+    consumed_by_a: dict[int, list[int]] = defaultdict(list)
+    for m in runs[0].messages:
+        consumed_by_a[m["queue_id"]].append(m["queue_offset"])
+    repeated: dict[int, list[int]] = defaultdict(list)
+    for m in again:
+        repeated[m["queue_id"]].append(m["queue_offset"])
+    for queue, offsets in repeated.items():
+        tail = sorted(consumed_by_a[queue])[-len(offsets) :]
+        assert sorted(offsets) == tail, f"queue {queue}: repeats {sorted(offsets)} are not its handover tail {tail}"
     by_key: dict[int, list[int]] = defaultdict(list)
     for m in sorted(msgs, key=lambda e: e["t0"]):
         by_key[int(m["props"]["idx"]) % ORDER_KEYS].append(int(m["props"]["idx"]))

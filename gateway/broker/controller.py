@@ -285,7 +285,7 @@ class BrokerController(service.Service):
             log.warn("VIP channel not available: {error}", error=e)
 
     def _start_ha(self, configured_port: int) -> None:
-        """Master: listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort). Slave: follow."""
+        """Listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort); a slave also follows."""
         cfg = self.config
         ha = HAConfig(
             cfg.haSendHeartbeatInterval,
@@ -306,10 +306,8 @@ class BrokerController(service.Service):
                 lambda: cfg.haMasterAddress or self.registration.ha_master_addr or "",
                 endpoints,
             )
-            if self.replicas is None:
-                self.ha_client.start()
-                return
-            # Controller mode: either role may come, and change; the HA port listens throughout.
+            self.ha_client.start()
+        # Every role listens, as Apache's HAService does (in controller mode a slave may become master).
         self.ha_service = HAService(self.store, ha, self.reactor)
         wanted = cfg.listenPort + 1 if configured_port else 0
         try:

@@ -281,6 +281,17 @@ async def test_consumer_offsets(broker: BrokerUnderTest) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_broker_config_is_printed_as_java_prints_it(broker: BrokerUnderTest) -> None:
+    """GET_BROKER_CONFIG (mqadmin getBrokerConfig): unset settings left out, booleans lower-case."""
+    resp = await broker.call(RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+    lines = resp.body.decode().splitlines()
+    config = dict(line.split("=", 1) for line in lines)
+    assert config["slaveReadEnable"] == "false" and config["brokerRole"] == "ASYNC_MASTER"
+    assert "storePathCommitLog" not in config  # null in Java: not printed
+    assert not [line for line in lines if line.endswith(("=None", "=True", "=False"))]
+
+
+@pytest_twisted.ensureDeferred
 async def test_unknown_code_and_admin(broker: BrokerUnderTest) -> None:
     resp = await broker.call(RemotingCommand.request(9999, {}))
     assert resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED and "9999" in resp.remark

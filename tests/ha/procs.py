@@ -35,13 +35,13 @@ def until(predicate, timeout: float, what: str):
 
 
 class Proc:
-    """A child ``python -m <module> -c <file>`` whose output is kept (and printed if the test fails)."""
+    """A child ``python -m <module> -c <file>`` (or another ``argv``) whose output is kept in a log file."""
 
-    def __init__(self, module: str, conf: Path, root: Path) -> None:
+    def __init__(self, module: str, conf: Path, root: Path, argv: list[str] | None = None) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1", HOME=str(root))
         self.log = open(root / f"{conf.stem}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, "-c", str(conf)], stdout=self.log, stderr=subprocess.STDOUT, env=env
+            argv or [sys.executable, "-m", module, "-c", str(conf)], stdout=self.log, stderr=subprocess.STDOUT, env=env
         )
 
     def kill(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.ha_pair import commitlog_digest
+from compat_tests.apache_broker import apache_broker_argv
 from compat_tests.servers import call, create_topic_request, free_port
 from gateway.config import parse_properties
 from gateway.remoting import fastjson
@@ -31,10 +32,12 @@ GAP = int(os.environ.get("HA_GAP_MIB", "64")) << 20
 
 
 class Pair:
-    """NameServer, master and slave as processes; the slave may reach the master's HA port through a proxy."""
+    """NameServer, master and slave as processes; the slave may reach the master's HA port through a proxy.
+    ``apache`` names the side ("master" or "slave") that runs Apache's broker (compat_tests/apache_broker.py)."""
 
-    def __init__(self, root: Path, role: str, proxied: bool = False, **settings: str) -> None:
+    def __init__(self, root: Path, role: str, proxied: bool = False, apache: str = "", **settings: str) -> None:
         self.root = root
+        self.apache = apache
         self.procs: list[Proc] = []
         ns_port = free_port()
         self.namesrv = f"127.0.0.1:{ns_port}"
@@ -81,10 +84,13 @@ class Pair:
 
     def _broker(self, name: str, props: dict[str, str]) -> str:
         port = free_port()
-        conf = write_properties(
-            self.root / f"{name}.conf", {**props, "listenPort": str(port), "storePathRootDir": str(self.root / name)}
-        )
-        proc = Proc("gateway.broker", conf, self.root)
+        store = self.root / name
+        props = {**props, "listenPort": str(port), "storePathRootDir": str(store)}
+        if name == self.apache:  # 4.9.8 puts its commitlog under user.home unless told
+            props.update(storePathCommitLog=str(store / "commitlog"), rocketmqHome=str(self.root / "apache-home"))
+        conf = write_properties(self.root / f"{name}.conf", props)
+        argv = apache_broker_argv(conf, self.root / "apache-home") if name == self.apache else None
+        proc = Proc("gateway.broker", conf, self.root, argv)
         self.procs.append(proc)
         setattr(self, f"{name}_proc", proc)
         return f"127.0.0.1:{port}"

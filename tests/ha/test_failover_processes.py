@@ -103,6 +103,10 @@ class Cluster:
             if name == "a":
                 until(lambda: _master_addr(self.namesrv), 30, "a master")
 
+    @property
+    def namesrv_addr(self) -> str:
+        return self.namesrv
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()

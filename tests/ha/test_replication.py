@@ -11,8 +11,9 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import maybeDeferred
+from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.error import CannotListenError
-from twisted.internet.protocol import Factory
+from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.testing import StringTransport
 
 from gateway.broker.controller import BrokerController
@@ -167,6 +168,11 @@ async def test_slave_learns_master_ha_address_from_namesrv(tmp_path: Path, remot
         assert s.registration.ha_master_addr == f"127.0.0.1:{m.config.haListenPort}"
         await caught_up(m, s)
         assert_identical(m, s)
+        # The slave's HA port listens too, as Apache's HAService does whatever the role.
+        assert s.config.haListenPort not in (0, m.config.haListenPort)
+        endpoint = TCP4ClientEndpoint(reactor, "127.0.0.1", s.config.haListenPort)
+        peer = await endpoint.connect(Factory.forProtocol(Protocol))
+        peer.transport.loseConnection()
     finally:
         await slave.stop()
         await master.stop()

@@ -25,6 +25,7 @@ from gateway.remoting.headers import (
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
     TopicRequestHeader,
+    ext_value,
 )
 from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, REPLY_TOPIC_POSTFIX, is_system_topic
 
@@ -343,7 +344,8 @@ class AdminBrokerProcessor:
 
     def get_broker_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker
-        lines = [f"{k}={v}" for k, v in sorted(broker.all_config().items())]
+        # As Java's Configuration prints it: unset (null) settings left out, booleans lower-case.
+        lines = [f"{k}={ext_value(v)}" for k, v in sorted(broker.all_config().items()) if v is not None]
         version = orjson.dumps(broker.topics.data_version.to_json()).decode()
         return request.response(ext_fields={"version": version}, body="\n".join(lines).encode())
 
