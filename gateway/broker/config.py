@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from dataclasses import dataclass
 
+from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
 from gateway.remoting.budget import DEFAULT_MAX_BUFFERED_BYTES
 from gateway.remoting.names import topic_problem
@@ -34,6 +36,10 @@ class BrokerConfig:
     rocketmqHome: str = ""
     # PLAIN ACL: plain_acl.yml under rocketmqHome (gateway.acl).
     aclEnable: bool = False
+    # {"accessKey": ..., "secretKey": ...}: this broker signs its own requests (a slave's metadata sync, the
+    # controller and NameServer links) as AclClientRPCHook does, RocketMQ 5's AuthConfig key. Unset, it does
+    # not sign, as 4.9.8: the master must then whitelist its slaves' addresses.
+    innerClientAuthenticationCredentials: str = ""
     brokerRole: str = "ASYNC_MASTER"
     brokerPermission: int = 6
     autoCreateTopicEnable: bool = True
@@ -123,6 +129,14 @@ class BrokerConfig:
         return f"{self.brokerIP1}:{self.listenPort}"
 
     @property
+    def inner_credentials(self) -> SessionCredentials | None:
+        """``innerClientAuthenticationCredentials`` parsed (load_broker_config has checked it), or None."""
+        if not self.innerClientAuthenticationCredentials:
+            return None
+        value = json.loads(self.innerClientAuthenticationCredentials)
+        return SessionCredentials(value["accessKey"], value["secretKey"])
+
+    @property
     def ha_server_addr(self) -> str:
         return f"{self.brokerIP2}:{self.haListenPort}"
 
@@ -157,6 +171,7 @@ def load_broker_config(
         apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()
     _check_role(broker, store, path, overrides or {})
+    _check_credentials(broker, path, overrides or {})
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))
@@ -169,6 +184,24 @@ def load_broker_config(
 
 
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+# Settings never printed (GET_BROKER_CONFIG) nor changed remotely (UPDATE_BROKER_CONFIG).
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
+_CREDENTIAL_KEYS = ("accessKey", "secretKey")
+
+
+def _check_credentials(broker: BrokerConfig, path: str | None, overrides: dict[str, str]) -> None:
+    key = "innerClientAuthenticationCredentials"
+    text = broker.innerClientAuthenticationCredentials
+    if not text:
+        return
+    try:
+        value = json.loads(text)
+        ok = isinstance(value, dict) and all(isinstance(value.get(k), str) and value[k] for k in _CREDENTIAL_KEYS)
+    except ValueError:
+        ok = False
+    if not ok:
+        source = "command line" if key in overrides or not path else path
+        raise ConfigError(f'{source}: key {key}: not a JSON object with "accessKey" and "secretKey"')
 
 
 def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:

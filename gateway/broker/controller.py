@@ -36,7 +36,7 @@ from gateway.tls.client import client_endpoint_factory
 from gateway.tls.server import TlsServer
 
 from .clients import ConsumerManager, ProducerManager
-from .config import BrokerConfig
+from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
@@ -126,7 +126,7 @@ class BrokerController(service.Service):
         self.acl = BrokerAcl.for_broker(config, system_properties, reactor) if config.aclEnable else None
         if self.acl is not None:
             self.acl.install(self.dispatcher)
-        self.namesrv_client = RemotingClient(reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
+        self.namesrv_client = self.outer_client()
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.slave_sync = SlaveSynchronize(self)
         # Controller mode: the controller decides the role; until it has, the broker takes no writes.
@@ -406,7 +406,18 @@ class BrokerController(service.Service):
         return usage.used / usage.total if usage.total else 0.0
 
     def all_config(self) -> dict[str, Any]:
-        return {**asdict(self.store_config), **asdict(self.config)}
+        """Every setting but the secrets (SECRET_KEYS)."""
+        config = {k: v for k, v in asdict(self.config).items() if k not in SECRET_KEYS}
+        return {**asdict(self.store_config), **config}
+
+    def outer_client(self) -> RemotingClient:
+        """A client for this broker's own requests to NameServers, controllers and its master: TLS as
+        ``tls.*`` says, signed with ``innerClientAuthenticationCredentials`` when set."""
+        client = RemotingClient(self.reactor, endpoint_factory=client_endpoint_factory(self.tls.config))
+        credentials = self.config.inner_credentials
+        if credentials is not None:
+            client.request_hooks.append(lambda _addr, request: credentials.sign(request))
+        return client
 
     # -- events
 

@@ -19,10 +19,9 @@ from twisted.logger import Logger
 
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import SubscriptionGroupWrapper, TopicConfigSerializeWrapper
-from gateway.remoting.client import RemotingClient, split_addr
+from gateway.remoting.client import split_addr
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
-from gateway.tls.client import client_endpoint_factory
 
 from .managers import parse_offsets
 from .schedule import parse_delay_offsets
@@ -59,7 +58,7 @@ class SlaveSynchronize:
         self.broker = broker
         self.interval = SYNC_INTERVAL if interval is None else interval
         self.first_delay = SYNC_FIRST_DELAY if first_delay is None else first_delay
-        self.client = RemotingClient(broker.reactor, endpoint_factory=client_endpoint_factory(broker.tls.config))
+        self.client = broker.outer_client()
         self._loop = task.LoopingCall(self.sync_all)
         self._loop.clock = broker.reactor
         self._first: Any = None

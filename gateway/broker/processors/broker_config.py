@@ -21,6 +21,8 @@ from gateway.persist import rewrite_properties
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 
+from ..config import SECRET_KEYS
+
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
 
@@ -43,6 +45,7 @@ FIXED_BLACK_LIST = frozenset(
         "remotingMaxBufferedBytes",
         "maxOpenMappedFiles",
     }
+    | SECRET_KEYS
 )
 
 
