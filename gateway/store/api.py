@@ -91,7 +91,6 @@ class GetMessageStatus(enum.Enum):
     OFFSET_OVERFLOW_BADLY = enum.auto()
     OFFSET_OVERFLOW_ONE = enum.auto()
     OFFSET_TOO_SMALL = enum.auto()
-    NO_MATCHED_LOGIC_QUEUE = enum.auto()
     NO_MESSAGE_IN_QUEUE = enum.auto()
 
 

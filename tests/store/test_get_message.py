@@ -40,7 +40,7 @@ def test_status_table(store: DefaultMessageStore) -> None:
         assert r is not None
         return r.status, r.next_begin_offset
 
-    assert get("Nope", 7) == (S.NO_MATCHED_LOGIC_QUEUE, 0)
+    assert get("Nope", 7) == (S.NO_MESSAGE_IN_QUEUE, 0)
     assert get("TopicTest", 5) == (S.OFFSET_OVERFLOW_ONE, 5)
     assert get("TopicTest", 9) == (S.OFFSET_OVERFLOW_BADLY, 5)
     assert get("TopicTest", 4) == (S.FOUND, 5)

@@ -99,7 +99,7 @@ def test_delete_topics(store: DefaultMessageStore, config: StoreConfig) -> None:
     assert store.delete_topics(["Gone", "Never"]) == 3
     assert not (Path(config.consume_queue_root) / "Gone").exists()
     r = store.get_message("g", "Gone", 1, 0, 32)
-    assert r is not None and r.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert r is not None and r.status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
     assert store.get_max_offset_in_queue("Kept", 0) == 1
     r2 = store.put_message(make_msg("Gone", 1))
     assert r2.append is not None and r2.append.logics_offset == 0  # a recreated topic starts over

@@ -146,7 +146,7 @@ def test_reads_of_unknown_queues_open_nothing_and_create_nothing(store: DefaultM
     queues = set(store.consume_queue_table)
     for topic, qid in (("TopicTest", 7), ("Nobody", 0), ("../x", 0)):
         r = store.get_message("g", topic, qid, 0, 32)
-        assert r is not None and r.status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+        assert r is not None and r.status is GetMessageStatus.NO_MESSAGE_IN_QUEUE
         assert store.get_max_offset_in_queue(topic, qid) == store.get_min_offset_in_queue(topic, qid) == 0
         assert store.get_offset_in_queue_by_time(topic, qid, 1) == 0
         assert store.get_message_store_timestamp(topic, qid, 0) == store.get_earliest_message_time(topic, qid) == -1

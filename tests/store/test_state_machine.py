@@ -105,7 +105,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert 1 <= len(got) <= n and got == expected[offset : offset + len(got)]
             assert r.next_begin_offset == offset + len(got)
         elif not expected:
-            assert r.status in (S.NO_MATCHED_LOGIC_QUEUE, S.NO_MESSAGE_IN_QUEUE)
+            assert r.status is S.NO_MESSAGE_IN_QUEUE
         elif offset == len(expected):
             assert (r.status, r.next_begin_offset) == (S.OFFSET_OVERFLOW_ONE, offset)
         else:

@@ -155,7 +155,7 @@ class PullMessageProcessor:
         if expression is not None:
             filter_by_properties(result, expression)
         status = result.status
-        if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+        if status == GetMessageStatus.NO_MESSAGE_IN_QUEUE:
             code = ResponseCode.PULL_OFFSET_MOVED if header.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
             code = _STATUS_CODES[status]
@@ -176,7 +176,7 @@ class PullMessageProcessor:
         ).encode()
         response: RemotingCommand | None
         if code == ResponseCode.SUCCESS:
-            response = request.response(code, None, ext)
+            response = request.response(code, _remark(status), ext)  # "FOUND", as Apache says it
             response.body_tail = list(result.buffers)
             broker.stats_get(result.message_count)
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
