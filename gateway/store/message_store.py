@@ -80,7 +80,6 @@ class DefaultMessageStore:
         self._refused_topics: set[str] = set()  # logged once each
         self._logics_timestamp = 0  # store time of the last record indexed in a consume queue
         self._reput_from = 0  # slave: commitlog offset up to which replicated records are dispatched
-        self._memory = int(TOTAL_PHYSICAL_MEMORY_SIZE * config.accessMessageInMemoryMaxRatio / 100)
 
     # -- paths -------------------------------------------------------------------------------------------
 
@@ -507,7 +506,7 @@ class DefaultMessageStore:
         total = 0
         cl = self.commit_log
         max_offset_py = cl.max_offset
-        memory = self._memory
+        memory = self._memory_budget()
         next_phy_file_start = -1
         max_phy_offset_pulling = 0
         # Java scans at most max(16000, maxMsgNums * 20) bytes of consume queue.
@@ -538,6 +537,11 @@ class DefaultMessageStore:
         result.next_begin_offset = offset + scanned
         result.suggest_pull_from_slave = max_offset_py - max_phy_offset_pulling > memory
         return result
+
+    def _memory_budget(self) -> int:
+        """Bytes behind the commitlog's end still read from memory: accessMessageInMemoryMaxRatio of RAM, read
+        at each call as Java does, so an updateBrokerConfig takes effect at the next pull."""
+        return int(TOTAL_PHYSICAL_MEMORY_SIZE * self.config.accessMessageInMemoryMaxRatio / 100)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """Next logical offset of the queue (0 if it does not exist)."""
@@ -574,7 +578,7 @@ class DefaultMessageStore:
         unit = cq.get_unit(offset) if cq else None
         if unit is None:
             return False
-        return self.commit_log.max_offset - unit[0] > self._memory
+        return self.commit_log.max_offset - unit[0] > self._memory_budget()
 
     def look_message_by_offset(self, phy_offset: int) -> bytes | None:
         """The whole record starting at commitlog ``phy_offset`` (a copy), or None if no record starts there."""

@@ -179,6 +179,14 @@ async def test_pull_statuses_and_tag_filter(broker: BrokerUnderTest) -> None:
     assert beyond.code == ResponseCode.PULL_OFFSET_MOVED and beyond.ext_fields["nextBeginOffset"] == "4"
     bad_queue = await broker.call(pull_request("Pull", 3, 0, sub="*"))
     assert bad_queue.code == ResponseCode.SYSTEM_ERROR
+    # While the store shuts down (not running), Java's getMessage returns null.
+    assert broker.controller is not None
+    broker.controller.store.running = False
+    try:
+        closing = await broker.call(pull_request("Pull", 0, 0, sub="*"))
+    finally:
+        broker.controller.store.running = True
+    assert (closing.code, closing.remark) == (ResponseCode.SYSTEM_ERROR, "store getMessage return null")
 
 
 @pytest_twisted.ensureDeferred

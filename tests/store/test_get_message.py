@@ -95,6 +95,10 @@ def test_cold_caps_and_slave_suggestion(open_store, config: StoreConfig) -> None
     r = store.get_message("g", "TopicTest", 0, 0, 32)
     assert r is not None and (r.message_count, r.next_begin_offset, r.suggest_pull_from_slave) == (2, 2, True)
     assert store.check_in_disk_by_consume_offset("TopicTest", 0, 0)
+    config.accessMessageInMemoryMaxRatio = 40  # changed at run time (updateBrokerConfig): the next pull sees it
+    r = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert r is not None and not r.suggest_pull_from_slave
+    assert not store.check_in_disk_by_consume_offset("TopicTest", 0, 0)
 
 
 def test_scan_limit(open_store, config: StoreConfig) -> None:

@@ -152,6 +152,8 @@ class PullMessageProcessor:
         result = broker.store.get_message(
             header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, msg_filter
         )
+        if result is None:  # the store is shutting down
+            return request.response(ResponseCode.SYSTEM_ERROR, "store getMessage return null")
         if expression is not None:
             filter_by_properties(result, expression)
         status = result.status
