@@ -471,9 +471,7 @@ class DefaultMessageStore:
             return None
         cq = self.consume_queue_table.get((topic, queue_id))
         if cq is None:  # Java's findConsumeQueue makes an empty one here; we answer as if, creating no file
-            return GetMessageResult(
-                GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next_offset_correction(offset, 0), 0, 0
-            )
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, self._next_offset_correction(offset, 0), 0, 0)
         min_offset = cq.min_offset_in_queue
         max_offset = cq.max_offset_in_queue
         if max_offset == 0:
