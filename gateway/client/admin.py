@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,7 +11,9 @@ from twisted.internet.task import deferLater
 
 from gateway.remoting.bodies import MessageQueue, TopicRouteData
 from gateway.remoting.codes import PermName
-from gateway.remoting.headers import CreateTopicRequestHeader
+from gateway.remoting.headers import CreateTopicRequestHeader, QueryMessageRequestHeader
+from gateway.remoting.names import TRACE_TOPIC
+from gateway.trace.view import TraceView, trace_views
 
 from .errors import MQClientError
 from .instance import MASTER_ID, ClientInstance, resolve_client
@@ -116,6 +119,22 @@ class Admin(MQAdmin):
                 await deferLater(self.client.reactor, 0.05, lambda: None)
 
         return Deferred.fromCoroutine(create())
+
+    def query_msg_trace_by_id(self, msg_id: str, trace_topic: str = TRACE_TOPIC) -> Deferred[list[TraceView]]:
+        """mqadmin queryMsgTraceById: the Pub and consume rows of ``msg_id`` in the trace topic, looked up by
+        key on every broker that hosts it; :func:`gateway.trace.view.format_trace_views` prints them."""
+
+        async def query() -> list[TraceView]:
+            route = await self.get_route(trace_topic)
+            header = QueryMessageRequestHeader(trace_topic, msg_id, 64, 0, int(time.time() * 1000))
+            found = []
+            for bd in route.broker_datas:
+                addr = bd.broker_addrs.get(MASTER_ID) or next(iter(bd.broker_addrs.values()), None)
+                if addr is not None:
+                    found.extend(await self.client.api.query_message_by_key(addr, header))
+            return trace_views(found, msg_id)
+
+        return Deferred.fromCoroutine(query())
 
     async def _master_addrs(self, topic: str) -> list[str]:
         route = await self.get_route(topic)

@@ -31,13 +31,14 @@ from gateway.remoting.headers import (
     OffsetResponseHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     TopicQueueRequestHeader,
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from gateway.remoting.message import MessageExt
+from gateway.remoting.message import MessageExt, decode_records
 
 from .errors import REMOTING_ERRORS, MQBrokerError
 
@@ -225,6 +226,14 @@ class MQClientAPI:
         _check(await self._invoke(addr, _request(RequestCode.CHECK_CLIENT_CONFIG, body=body)), addr)
 
     # -- admin
+
+    async def query_message_by_key(self, addr: str, header: QueryMessageRequestHeader) -> list[MessageExt]:
+        """QUERY_MESSAGE by key (not a UNIQ_KEY query): the records the broker's index finds, none if not found."""
+        response = await self._invoke(addr, _request(RequestCode.QUERY_MESSAGE, header), 15.0)
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return []
+        _check(response, addr)
+        return decode_records(response.body)
 
     async def create_topic(self, addr: str, header: CreateTopicRequestHeader) -> None:
         _check(await self._invoke(addr, _request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)), addr)

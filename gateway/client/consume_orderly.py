@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -56,7 +56,6 @@ class ConsumeMessageOrderlyService:
     def __init__(
         self,
         consumer: PushConsumer,
-        listener: MessageListenerOrderly,
         *,
         lock_interval: float = 20.0,
         lock_max_live_time: float = 30.0,
@@ -64,7 +63,6 @@ class ConsumeMessageOrderlyService:
         max_time_consume_continuously: float = 60.0,
     ) -> None:
         self.consumer = consumer
-        self.listener = listener
         self.lock_interval = lock_interval
         self.lock_max_live_time = lock_max_live_time
         self.suspend_current_queue_time = suspend_current_queue_time
@@ -248,11 +246,9 @@ class ConsumeMessageOrderlyService:
                 return
             consumer._reset_retry_topic(msgs)
             async with consumer._consume_slots:
-                try:
-                    status = await maybeDeferred(self.listener, msgs)
-                except Exception:
-                    log.failure("listener failed on {n} messages of {mq}", n=len(msgs), mq=mq)
-                    status = ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                status = await consumer.call_listener(
+                    msgs, mq, ConsumeOrderlyStatus.SUCCESS, ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT
+                )
             if status is not ConsumeOrderlyStatus.SUCCESS and await self._suspend(msgs):
                 pq.make_messages_to_consume_again(msgs)
                 self._submit_later(pq, mq, self.suspend_current_queue_time)

@@ -45,6 +45,7 @@ from .instance import ClientInstance, resolve_client
 from .message_id import set_uniq_id
 from .route import TopicPublishInfo, publish_queues
 from .security import ClientSecurity
+from .trace import SendTraceHook, TraceDispatcher
 
 log = Logger()
 
@@ -164,9 +165,15 @@ class Producer:
         max_message_size: int = 4 * 1024 * 1024,
         create_topic_key: str = DEFAULT_TOPIC,
         default_topic_queue_nums: int = 4,
+        enable_msg_trace: bool = False,
+        custom_trace_topic: str | None = None,
     ) -> None:
         self.group = group
         self.client = resolve_client(namesrv_addr, client, reactor, security)
+        # Message trace: Pub (and EndTransaction) records to the trace topic (gateway.client.trace).
+        self.trace: SendTraceHook | None = None
+        if enable_msg_trace:
+            self.trace = SendTraceHook(TraceDispatcher(self.client, group, "PRODUCER", custom_trace_topic), group)
         self.send_timeout = send_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.compress_msg_body_over_howmuch = compress_msg_body_over_howmuch
@@ -184,8 +191,15 @@ class Producer:
         return Deferred.fromCoroutine(self.client.send_heartbeat_to_all_brokers())
 
     def shutdown(self) -> Deferred[None]:
-        """Unregister the group from the brokers (and stop the client instance if it was the last group)."""
-        return Deferred.fromCoroutine(self.client.unregister_producer(self.group))
+        """Send the traces still waiting, then unregister the group from the brokers (and stop the client
+        instance if it was the last group)."""
+
+        async def shutdown() -> None:
+            if self.trace is not None:
+                await self.trace.dispatcher.shutdown()
+            await self.client.unregister_producer(self.group)
+
+        return Deferred.fromCoroutine(shutdown())
 
     # -- MQProducerInner
 
@@ -396,10 +410,11 @@ class Producer:
         if oneway:
             await self.client.api.send_message_oneway(addr, header, out.body, code)
             return None
+        trace = None if self.trace is None else self.trace.before(out.topic, out.properties, len(out.body), addr)
         response = await self.client.api.send_message(addr, header, out.body, code, timeout)
         rh = SendMessageResponseHeader.decode(response.ext_fields)
         ext = response.ext_fields or {}
-        return SendResult(
+        result = SendResult(
             status=SendStatus(response.code),
             msg_id=out.msg_id,
             offset_msg_id=rh.msg_id,
@@ -409,6 +424,9 @@ class Producer:
             region_id=ext.get(MessageConst.MSG_REGION, "DefaultRegion"),
             trace_on=ext.get(MessageConst.TRACE_SWITCH) != "false",
         )
+        if self.trace is not None:
+            self.trace.after(trace, result)
+        return result
 
 
 def _chooser(

@@ -48,6 +48,7 @@ from .process_queue import ProcessQueue, PullRequest
 from .producer import Producer
 from .rebalance import AllocateStrategy, RebalancePushImpl, allocate_averagely
 from .security import ClientSecurity
+from .trace import ConsumeTraceHook, TraceDispatcher, consume_return_type
 
 log = Logger()
 
@@ -104,9 +105,17 @@ class PushConsumer(MQAdmin):
         reconsume_later_delay: float = 5.0,
         await_termination: float = 30.0,
         offset_store_dir: str | os.PathLike[str] | None = None,
+        consume_timeout: float = 15 * 60.0,
+        enable_msg_trace: bool = False,
+        custom_trace_topic: str | None = None,
     ) -> None:
         self.group = group
         self.client = resolve_client(namesrv_addr, client, reactor, security)
+        self.consume_timeout = consume_timeout  # a listener call longer than this is traced as TIME_OUT
+        # Message trace: SubBefore and SubAfter records to the trace topic (gateway.client.trace).
+        self.trace: ConsumeTraceHook | None = None
+        if enable_msg_trace:
+            self.trace = ConsumeTraceHook(TraceDispatcher(self.client, group, "CONSUMER", custom_trace_topic), group)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp = consume_timestamp or int((time.time() - 30 * 60) * 1000)
@@ -152,7 +161,7 @@ class PushConsumer(MQAdmin):
         ConsumeOrderlyStatus. In CLUSTERING a queue is consumed only while its broker lock is held. ``timings``
         are ConsumeMessageOrderlyService's (``lock_interval``, ``suspend_current_queue_time``, ...)."""
         self.listener = listener
-        self.orderly = ConsumeMessageOrderlyService(self, listener, **timings)
+        self.orderly = ConsumeMessageOrderlyService(self, **timings)
 
     def assigned_queues(self) -> set[MessageQueue]:
         """The queues this member pulls right now."""
@@ -212,6 +221,8 @@ class PushConsumer(MQAdmin):
         await self.persist_consumer_offset()
         if self.orderly is not None:
             await self.orderly.shutdown()
+        if self.trace is not None:
+            await self.trace.dispatcher.shutdown()
         await self.client.unregister_consumer(self.group)
         self.rebalance.destroy()
 
@@ -350,12 +361,23 @@ class PushConsumer(MQAdmin):
             if pq.dropped or self.stopping:
                 return
             self._reset_retry_topic(msgs)
-            try:
-                status = await maybeDeferred(self.listener, msgs)  # type: ignore[arg-type]
-            except Exception:
-                log.failure("listener failed on {n} messages of {mq}", n=len(msgs), mq=mq)
-                status = ConsumeStatus.RECONSUME_LATER
+            status = await self.call_listener(msgs, mq, ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER)
         await self._process_consume_result(status, msgs, pq, mq)
+
+    async def call_listener(self, msgs: list[MessageExt], mq: MessageQueue, success: Any, failure: Any) -> Any:
+        """The listener's answer (``failure`` when it raised or returned None), traced when tracing is on."""
+        ctx = self.trace.before(msgs) if self.trace is not None else None
+        started = time.monotonic()
+        status, raised = None, False
+        try:
+            status = await maybeDeferred(self.listener, msgs)  # type: ignore[arg-type]
+        except Exception:
+            raised = True
+            log.failure("listener failed on {n} messages of {mq}", n=len(msgs), mq=mq)
+        if self.trace is not None:
+            code = consume_return_type(status, success, raised, time.monotonic() - started, self.consume_timeout)
+            self.trace.after(ctx, len(msgs), status is success, code)
+        return failure if status is None else status
 
     def _reset_retry_topic(self, msgs: list[MessageExt]) -> None:
         # Messages back from %RETRY%<group> show their original topic.

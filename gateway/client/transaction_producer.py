@@ -100,6 +100,8 @@ class TransactionProducer(Producer):
             )
         else:
             await self.client.api.end_transaction_oneway(addr, header, remark)
+            if self.trace is not None:
+                self.trace.end_transaction(msg, result.msg_id, addr, state.name, False)
         return TransactionSendResult(result, state)
 
     def check_transaction_state(
@@ -129,3 +131,5 @@ class TransactionProducer(Producer):
             bname=header.bname,
         )
         await self.client.api.end_transaction_oneway(addr, end, remark)
+        if self.trace is not None:
+            self.trace.end_transaction(msg, end.msg_id, addr, (state or LocalTransactionState.UNKNOW).name, True)

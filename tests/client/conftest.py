@@ -49,6 +49,7 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
             "listenPort": "0",
             "storePathRootDir": str(root / "store"),
             "enablePropertyFilter": "true",  # SQL92 subscriptions
+            "traceTopicEnable": "true",  # RMQ_SYS_TRACE_TOPIC, for the message trace tests
             # Retries (delay level 3 and up) and transaction check-backs within a test's patience.
             "messageDelayLevel": " ".join(["1s"] * 18),
             "transactionCheckInterval": "300",
