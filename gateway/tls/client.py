@@ -9,6 +9,7 @@ the reads the handshake needs.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -88,3 +89,21 @@ class _HandshakeFirst(Protocol):
             self.inner.connectionLost(reason)
         else:
             self.established.errback(reason)
+
+
+def ssl_client_context(config: TlsConfig) -> ssl.SSLContext:
+    """The same client settings for Python's ``ssl`` (a :class:`~gateway.remoting.blocking.BlockingConnection`):
+    the server verified against ``tls.client.trustCertPath`` only with ``tls.client.authServer`` (Java checks no
+    host name), a client certificate when ``tls.client.certPath`` is set; neither in test mode."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if config.tlsTestModeEnable:  # as client_options: no certificate of its own, any server
+        return context
+    if config.tlsClientAuthServer:
+        context.verify_mode = ssl.CERT_REQUIRED
+        if config.tlsClientTrustCertPath:
+            context.load_verify_locations(config.tlsClientTrustCertPath)
+    if config.tlsClientCertPath and config.tlsClientKeyPath:
+        context.load_cert_chain(config.tlsClientCertPath, config.tlsClientKeyPath, config.tlsClientKeyPassword)
+    return context

@@ -1,0 +1,201 @@
+"""The ``rocketmq`` Spark data source (Spark 4 Python Data Source API), batch and streaming.
+
+    spark.dataSource.register(RocketMQDataSource)
+    df = (spark.read.format("rocketmq")
+          .option("namesrvAddr", "127.0.0.1:9876").option("topic", "TopicTest").load())
+
+One input partition per message queue, found from the topic's route when the query is planned; the
+workers open their own connections in ``read()`` and pull their queue's offset range from its broker, so
+a cluster reads every broker in parallel. Rows come out as Arrow record batches.
+
+Options: ``namesrvAddr`` and ``topic`` (required); ``startingOffsets`` (default ``earliest``) and
+``endingOffsets`` (batch only, default ``latest``): ``earliest``, ``latest`` or JSON
+``{"broker-a": {"0": 10, "1": 0}}``; ``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group
+the pulls are made as, and whose offsets a streaming query commits after each batch; ``accessKey`` /
+``secretKey`` (ACL); ``tls.enable`` and the ``tls.client.*`` keys; ``timeoutMs`` per request (10000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
+
+from . import queues as rq
+
+SCHEMA = (
+    "topic string, broker string, queueId int, queueOffset bigint, commitLogOffset bigint, msgId string, "
+    "keys string, tags string, properties map<string,string>, bornTimestamp timestamp, "
+    "storeTimestamp timestamp, bornHost string, storeHost string, reconsumeTimes int, body binary"
+)
+BATCH_ROWS = 8192  # rows per Arrow batch handed to Spark
+
+
+@dataclass
+class QueueRange(InputPartition):
+    """Offsets ``start`` <= offset < ``end`` of one queue."""
+
+    queue: rq.Queue
+    start: int
+    end: int
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.read.format("rocketmq")`` and ``spark.readStream.format("rocketmq")``; see the module doc."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RocketMQBatchReader(rq.Settings.from_options(self.options), dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(rq.Settings.from_options(self.options), dict(self.options), schema)
+
+
+def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[QueueRange]:
+    out = []
+    for q in qs:
+        first = start.get(q.broker, {}).get(str(q.queue_id), 0)
+        last = end.get(q.broker, {}).get(str(q.queue_id), first)
+        if last > first:
+            out.append(QueueRange(q, first, last))
+    return out
+
+
+def read_batches(settings: rq.Settings, part: QueueRange, schema: StructType) -> Iterator[Any]:
+    """The rows of ``part`` as Arrow record batches of the source's schema (runs in a worker)."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    topic, broker, queue_id = settings.topic, part.queue.broker, part.queue.queue_id
+    cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
+
+    def batch() -> Any:
+        n = len(cols["queueOffset"])
+        arrays = {
+            "topic": pa.array([topic] * n, pa.string()),
+            "broker": pa.array([broker] * n, pa.string()),
+            "queueId": pa.array([queue_id] * n, pa.int32()),
+            "bornTimestamp": pa.array([t * 1000 for t in cols["bornTimestamp"]], pa.timestamp("us", tz="UTC")),
+            "storeTimestamp": pa.array([t * 1000 for t in cols["storeTimestamp"]], pa.timestamp("us", tz="UTC")),
+        }
+        columns = [arrays[f.name] if f.name in arrays else pa.array(cols[f.name], f.type) for f in arrow_schema]
+        for values in cols.values():
+            values.clear()
+        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+    for msgs in rq.read_range(settings, part.queue, part.start, part.end):
+        for m in msgs:
+            props = m.properties
+            cols["queueOffset"].append(m.queue_offset)
+            cols["commitLogOffset"].append(m.commitlog_offset)
+            cols["msgId"].append(m.client_msg_id)
+            cols["keys"].append(props.get("KEYS"))
+            cols["tags"].append(props.get("TAGS"))
+            cols["properties"].append(list(props.items()))
+            cols["bornTimestamp"].append(m.born_timestamp)
+            cols["storeTimestamp"].append(m.store_timestamp)
+            cols["bornHost"].append(m.born_host)
+            cols["storeHost"].append(m.store_host)
+            cols["reconsumeTimes"].append(m.reconsume_times)
+            cols["body"].append(m.body)
+        if len(cols["queueOffset"]) >= BATCH_ROWS:
+            yield batch()
+    if cols["queueOffset"]:
+        yield batch()
+
+
+class RocketMQBatchReader(DataSourceReader):
+    def __init__(self, settings: rq.Settings, options: dict[str, str], schema: StructType) -> None:
+        self.settings = settings
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> list[QueueRange]:
+        qs = rq.queues(self.settings)
+        start = rq.resolve(self.settings, qs, self.options.get("startingOffsets", "earliest"), "startingOffsets")
+        end = rq.resolve(self.settings, qs, self.options.get("endingOffsets", "latest"), "endingOffsets")
+        return _ranges(qs, start, end)
+
+    def read(self, partition: QueueRange) -> Iterator[Any]:  # type: ignore[override]
+        return read_batches(self.settings, partition, self.schema)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets per queue; ``maxRecordsPerTrigger`` caps a micro-batch, shared out over the queues with data."""
+
+    def __init__(self, settings: rq.Settings, options: dict[str, str], schema: StructType) -> None:
+        self.settings = settings
+        self.options = options
+        self.schema = schema
+        limit = options.get("maxRecordsPerTrigger")
+        try:
+            self.max_records = int(limit) if limit else None
+        except ValueError:
+            raise rq.SourceError(f"option maxRecordsPerTrigger: not a number: {limit!r}") from None
+        if self.max_records is not None and self.max_records <= 0:
+            raise rq.SourceError("option maxRecordsPerTrigger must be positive")
+        self._available_now: rq.Offsets | None = None
+
+    def initialOffset(self) -> dict:
+        qs = rq.queues(self.settings)
+        return rq.resolve(self.settings, qs, self.options.get("startingOffsets", "earliest"), "startingOffsets")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = rq.queue_offsets(self.settings, rq.queues(self.settings), "latest")
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = self._available_now or rq.queue_offsets(self.settings, rq.queues(self.settings), "latest")
+        end = {b: {q: max(o, start.get(b, {}).get(q, 0)) for q, o in per.items()} for b, per in latest.items()}
+        for b, per in start.items():  # a queue gone from the route keeps its place
+            for q, o in per.items():
+                end.setdefault(b, {}).setdefault(q, o)
+        if isinstance(limit, ReadMaxRows):
+            end = cap(start, end, limit.max_rows)
+        return end
+
+    def partitions(self, start: dict, end: dict) -> list[QueueRange]:
+        return _ranges(rq.queues(self.settings), start, end)
+
+    def read(self, partition: QueueRange) -> Iterator[Any]:  # type: ignore[override]
+        return read_batches(self.settings, partition, self.schema)
+
+    def commit(self, end: dict) -> None:
+        rq.commit(self.settings, rq.queues(self.settings), end)
+
+
+def cap(start: rq.Offsets, end: rq.Offsets, max_rows: int) -> rq.Offsets:
+    """``end`` moved back so that at most ``max_rows`` messages lie between ``start`` and it, taken in turn
+    from every queue that has some (a queue with few gives its share to the others)."""
+    backlog = {(b, q): o - start.get(b, {}).get(q, 0) for b, per in end.items() for q, o in per.items()}
+    take = dict.fromkeys(backlog, 0)
+    left = max_rows
+    waiting = sorted(k for k, n in backlog.items() if n > 0)
+    while left > 0 and waiting:
+        share = max(left // len(waiting), 1)
+        for k in list(waiting):
+            n = min(share, backlog[k] - take[k], left)
+            take[k] += n
+            left -= n
+            if take[k] == backlog[k]:
+                waiting.remove(k)
+            if left == 0:
+                break
+    capped: rq.Offsets = {}
+    for b, per in end.items():
+        for q, o in per.items():
+            capped.setdefault(b, {})[q] = start.get(b, {}).get(q, 0) + take[(b, q)] if backlog[(b, q)] > 0 else o
+    return capped

@@ -1,0 +1,237 @@
+"""What the data source needs of RocketMQ, with blocking connections and no Spark: a topic's queues from
+the NameServer, their offsets, pulls, and committing a consumer group's progress.
+
+Offsets are ``{"<brokerName>": {"<queueId>": offset}}`` (JSON keys are strings): the form of the
+``startingOffsets``/``endingOffsets`` options and of streaming checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from gateway.acl.signer import SessionCredentials
+from gateway.remoting import fastjson
+from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.bodies import TopicRouteData
+from gateway.remoting.codes import PermName, RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    GetRouteInfoRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    TopicQueueRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from gateway.remoting.message import MessageExt, decode_records
+from gateway.remoting.names import topic_problem
+from gateway.tls.client import ssl_client_context
+from gateway.tls.config import TlsConfig
+
+Offsets = dict[str, dict[str, int]]
+DEFAULT_GROUP = "spark-rocketmq-reader"
+PULL_BATCH = 32  # the broker's maxTransferCountOnMessageInMemory
+FLAG_SUBSCRIPTION = 0x4
+
+
+class SourceError(ValueError):
+    """An unusable option, or a topic the NameServers do not route."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The options, checked once on the driver; picklable, so it travels to the workers."""
+
+    namesrv: tuple[str, ...]
+    topic: str
+    group: str
+    commit_group: str | None
+    access_key: str | None
+    secret_key: str | None
+    tls: dict[str, str]
+    timeout: float
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Settings:
+        namesrv = tuple(a.strip() for a in (options.get("namesrvAddr") or "").split(";") if a.strip())
+        if not namesrv:
+            raise SourceError("option namesrvAddr is required (host:port[;host:port...])")
+        topic = options.get("topic") or ""
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise SourceError(f"option topic: {problem}")
+        group = options.get("consumerGroup") or None
+        access_key, secret_key = options.get("accessKey") or None, options.get("secretKey") or None
+        if bool(access_key) != bool(secret_key):
+            raise SourceError("options accessKey and secretKey go together")
+        tls = {k: v for k, v in options.items() if k.lower().startswith("tls.")}
+        TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
+        timeout = float(options.get("timeoutMs", "10000")) / 1000
+        return cls(namesrv, topic, group or DEFAULT_GROUP, group, access_key, secret_key, tls, timeout)
+
+    def connect(self, addr: str) -> BlockingConnection:
+        """A connection to ``addr`` with the TLS and ACL settings of the options."""
+        config = TlsConfig.from_properties(self.tls, "data source options")
+        tls = ssl_client_context(config) if config.tlsEnable else None
+        sign = None
+        if self.access_key and self.secret_key:
+            sign = SessionCredentials(self.access_key, self.secret_key).sign
+        return BlockingConnection(addr, self.timeout, tls, sign)
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A readable message queue and the broker addresses that serve it, master first."""
+
+    broker: str
+    queue_id: int
+    addrs: tuple[str, ...]
+
+
+def route(settings: Settings) -> TopicRouteData:
+    """The topic's route from the first NameServer that answers."""
+    errors = []
+    request = GetRouteInfoRequestHeader(topic=settings.topic)
+    for addr in settings.namesrv:
+        try:
+            with settings.connect(addr) as conn:
+                resp = conn.invoke(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, request.encode()))
+        except OSError as e:
+            errors.append(f"{addr}: {e}")
+            continue
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise SourceError(f"topic {settings.topic} is not routed by {addr}")
+        if resp.code != ResponseCode.SUCCESS:
+            raise SourceError(f"{addr} answered {resp.code}: {resp.remark}")
+        return TopicRouteData.from_json(fastjson.loads(resp.body))
+    raise SourceError(f"no NameServer answered: {'; '.join(errors)}")
+
+
+def queues(settings: Settings) -> list[Queue]:
+    """Every readable queue of the topic (readQueueNums of each broker that may be read)."""
+    data = route(settings)
+    addrs = {b.broker_name: tuple(addr for _, addr in sorted(b.broker_addrs.items())) for b in data.broker_datas}
+    found = []
+    for q in data.queue_datas:
+        if q.perm & PermName.PERM_READ and addrs.get(q.broker_name):
+            found.extend(Queue(q.broker_name, i, addrs[q.broker_name]) for i in range(q.read_queue_nums))
+    return sorted(found, key=lambda q: (q.broker, q.queue_id))
+
+
+def _offset(conn: BlockingConnection, code: int, topic: str, queue_id: int) -> int:
+    resp = conn.invoke(RemotingCommand.request(code, TopicQueueRequestHeader(topic, queue_id).encode()))
+    if resp.code != ResponseCode.SUCCESS:
+        raise SourceError(f"{conn.addr} answered {resp.code} to an offset query: {resp.remark}")
+    return OffsetResponseHeader.decode(resp.ext_fields).offset
+
+
+def queue_offsets(settings: Settings, qs: list[Queue], which: str) -> Offsets:
+    """``earliest`` (GET_MIN_OFFSET) or ``latest`` (GET_MAX_OFFSET) of every queue, asked of its master."""
+    code = RequestCode.GET_MIN_OFFSET if which == "earliest" else RequestCode.GET_MAX_OFFSET
+    out: Offsets = {}
+    conns: dict[str, BlockingConnection] = {}
+    try:
+        for q in qs:
+            conn = conns.get(q.addrs[0]) or conns.setdefault(q.addrs[0], settings.connect(q.addrs[0]))
+            out.setdefault(q.broker, {})[str(q.queue_id)] = _offset(conn, code, settings.topic, q.queue_id)
+    finally:
+        for conn in conns.values():
+            conn.close()
+    return out
+
+
+def resolve(settings: Settings, qs: list[Queue], spec: str, option: str) -> Offsets:
+    """An offsets option: ``earliest``, ``latest`` or JSON; a queue the JSON leaves out starts at earliest."""
+    spec = (spec or "").strip()
+    if spec in ("earliest", "latest"):
+        return queue_offsets(settings, qs, spec)
+    try:
+        given = json.loads(spec)
+        if not isinstance(given, dict):
+            raise ValueError("not an object")
+        parsed = {str(b): {str(q): int(o) for q, o in per.items()} for b, per in given.items()}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SourceError(
+            f'option {option}: "earliest", "latest" or JSON like {{"broker-a": {{"0": 10}}}}, not {spec!r} ({e})'
+        ) from None
+    earliest = queue_offsets(settings, qs, "earliest")
+    return {b: {q: parsed.get(b, {}).get(q, o) for q, o in per.items()} for b, per in earliest.items()}
+
+
+def pull(conn: BlockingConnection, settings: Settings, queue: Queue, offset: int) -> tuple[int, int, list[MessageExt]]:
+    """One PULL_MESSAGE from ``offset`` (subscription ``*``, no commit, no hold): (response code,
+    nextBeginOffset, messages)."""
+    header = PullMessageRequestHeader(
+        consumer_group=settings.group,
+        topic=settings.topic,
+        queue_id=queue.queue_id,
+        queue_offset=offset,
+        max_msg_nums=PULL_BATCH,
+        sys_flag=FLAG_SUBSCRIPTION,
+        commit_offset=0,
+        suspend_timeout_millis=0,
+        subscription="*",
+        sub_version=0,
+        expression_type="TAG",
+    )
+    resp = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode()))
+    if resp.code not in (
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+    ):
+        raise SourceError(f"{conn.addr} answered {resp.code} to a pull of {queue}: {resp.remark}")
+    next_offset = PullMessageResponseHeader.decode(resp.ext_fields).next_begin_offset
+    msgs = decode_records(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else []
+    return resp.code, next_offset, msgs
+
+
+def read_range(settings: Settings, queue: Queue, start: int, end: int) -> Iterator[list[MessageExt]]:
+    """The messages of ``queue`` at offsets ``start`` <= offset < ``end``, a pull's worth at a time, from its
+    master (its slaves when the master does not answer). Offsets the broker no longer holds are skipped."""
+    offset = start
+    addrs = list(queue.addrs)
+    conn = settings.connect(addrs[0])
+    try:
+        while offset < end:
+            try:
+                code, next_offset, msgs = pull(conn, settings, queue, offset)
+            except OSError:
+                conn.close()
+                addrs = addrs[1:] + addrs[:1]  # the next replica, in turn
+                conn = settings.connect(addrs[0])
+                code, next_offset, msgs = pull(conn, settings, queue, offset)
+            if code == ResponseCode.SUCCESS:
+                wanted = [m for m in msgs if offset <= m.queue_offset < end]
+                if wanted:
+                    yield wanted
+            if next_offset <= offset:
+                if code == ResponseCode.PULL_NOT_FOUND:
+                    return  # the queue ends before ``end``
+                next_offset = offset + 1 if code == ResponseCode.SUCCESS else offset
+                if next_offset == offset:
+                    return
+            offset = next_offset
+    finally:
+        conn.close()
+
+
+def commit(settings: Settings, qs: list[Queue], offsets: Offsets) -> None:
+    """UPDATE_CONSUMER_OFFSET of the commit group for every queue, on its master."""
+    if settings.commit_group is None:
+        return
+    by_addr: dict[str, list[tuple[Queue, int]]] = {}
+    for q in qs:
+        offset = offsets.get(q.broker, {}).get(str(q.queue_id))
+        if offset is not None:
+            by_addr.setdefault(q.addrs[0], []).append((q, offset))
+    for addr, items in by_addr.items():
+        with settings.connect(addr) as conn:
+            for q, offset in items:
+                header = UpdateConsumerOffsetRequestHeader(settings.commit_group, settings.topic, q.queue_id, offset)
+                resp = conn.invoke(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.encode()))
+                if resp.code != ResponseCode.SUCCESS:
+                    raise SourceError(f"{addr} refused the offset of {q}: {resp.code} {resp.remark}")
