@@ -10,7 +10,8 @@ a cluster reads every broker in parallel. Rows come out as Arrow record batches.
 
 Options: ``namesrvAddr`` and ``topic`` (required); ``startingOffsets`` (default ``earliest``) and
 ``endingOffsets`` (batch only, default ``latest``): ``earliest``, ``latest`` or JSON
-``{"broker-a": {"0": 10, "1": 0}}``; ``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group
+``{"broker-a": {"0": 10, "1": 0}}`` (-2 earliest, -1 latest; a queue left out takes the default);
+``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group
 the pulls are made as, and whose offsets a streaming query commits after each batch; ``accessKey`` /
 ``secretKey`` (ACL); ``tls.enable`` and the ``tls.client.*`` keys; ``timeoutMs`` per request (10000).
 """
@@ -55,10 +56,10 @@ class RocketMQDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return RocketMQBatchReader(rq.Settings.from_options(self.options), dict(self.options), schema)
+        return RocketMQBatchReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RocketMQStreamReader(rq.Settings.from_options(self.options), dict(self.options), schema)
+        return RocketMQStreamReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
 
 
 def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[QueueRange]:
@@ -123,8 +124,8 @@ class RocketMQBatchReader(DataSourceReader):
 
     def partitions(self) -> list[QueueRange]:
         qs = rq.queues(self.settings)
-        start = rq.resolve(self.settings, qs, self.options.get("startingOffsets", "earliest"), "startingOffsets")
-        end = rq.resolve(self.settings, qs, self.options.get("endingOffsets", "latest"), "endingOffsets")
+        start = rq.resolve(self.settings, qs, self.options.get("startingoffsets", ""), "startingOffsets", "earliest")
+        end = rq.resolve(self.settings, qs, self.options.get("endingoffsets", ""), "endingOffsets", "latest")
         return _ranges(qs, start, end)
 
     def read(self, partition: QueueRange) -> Iterator[Any]:  # type: ignore[override]
@@ -138,7 +139,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = settings
         self.options = options
         self.schema = schema
-        limit = options.get("maxRecordsPerTrigger")
+        limit = options.get("maxrecordspertrigger")
         try:
             self.max_records = int(limit) if limit else None
         except ValueError:
@@ -149,7 +150,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         qs = rq.queues(self.settings)
-        return rq.resolve(self.settings, qs, self.options.get("startingOffsets", "earliest"), "startingOffsets")
+        return rq.resolve(self.settings, qs, self.options.get("startingoffsets", ""), "startingOffsets", "earliest")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records) if self.max_records else ReadAllAvailable()

@@ -28,12 +28,19 @@ from gateway.remoting.headers import (
 from gateway.remoting.message import MessageExt, decode_records
 from gateway.remoting.names import topic_problem
 from gateway.tls.client import ssl_client_context
+from gateway.tls.config import KEYS as TLS_KEYS
 from gateway.tls.config import TlsConfig
 
 Offsets = dict[str, dict[str, int]]
 DEFAULT_GROUP = "spark-rocketmq-reader"
 PULL_BATCH = 32  # the broker's maxTransferCountOnMessageInMemory
 FLAG_SUBSCRIPTION = 0x4
+_TLS_KEYS = {k.lower(): k for k in TLS_KEYS}  # the tls.* keys' own spelling, for TlsConfig
+
+
+def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    """Options by lower-case name: Spark hands them over case-insensitively (and lower-cased)."""
+    return {k.lower(): v for k, v in options.items()}
 
 
 class SourceError(ValueError):
@@ -54,21 +61,22 @@ class Settings:
     timeout: float
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> Settings:
-        namesrv = tuple(a.strip() for a in (options.get("namesrvAddr") or "").split(";") if a.strip())
+    def from_options(cls, given: Mapping[str, str]) -> Settings:
+        options = lower_keys(given)
+        namesrv = tuple(a.strip() for a in (options.get("namesrvaddr") or "").split(";") if a.strip())
         if not namesrv:
             raise SourceError("option namesrvAddr is required (host:port[;host:port...])")
         topic = options.get("topic") or ""
         problem = topic_problem(topic)
         if problem is not None:
             raise SourceError(f"option topic: {problem}")
-        group = options.get("consumerGroup") or None
-        access_key, secret_key = options.get("accessKey") or None, options.get("secretKey") or None
+        group = options.get("consumergroup") or None
+        access_key, secret_key = options.get("accesskey") or None, options.get("secretkey") or None
         if bool(access_key) != bool(secret_key):
             raise SourceError("options accessKey and secretKey go together")
-        tls = {k: v for k, v in options.items() if k.lower().startswith("tls.")}
+        tls = {_TLS_KEYS.get(k, k): v for k, v in options.items() if k.startswith("tls.")}
         TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
-        timeout = float(options.get("timeoutMs", "10000")) / 1000
+        timeout = float(options.get("timeoutms", "10000")) / 1000
         return cls(namesrv, topic, group or DEFAULT_GROUP, group, access_key, secret_key, tls, timeout)
 
     def connect(self, addr: str) -> BlockingConnection:
@@ -142,9 +150,10 @@ def queue_offsets(settings: Settings, qs: list[Queue], which: str) -> Offsets:
     return out
 
 
-def resolve(settings: Settings, qs: list[Queue], spec: str, option: str) -> Offsets:
-    """An offsets option: ``earliest``, ``latest`` or JSON; a queue the JSON leaves out starts at earliest."""
-    spec = (spec or "").strip()
+def resolve(settings: Settings, qs: list[Queue], spec: str, option: str, default: str) -> Offsets:
+    """An offsets option: ``earliest``, ``latest`` or JSON, where -2 means earliest and -1 latest (as Kafka's
+    source) and a queue the JSON leaves out takes ``default``."""
+    spec = (spec or default).strip()
     if spec in ("earliest", "latest"):
         return queue_offsets(settings, qs, spec)
     try:
@@ -156,8 +165,17 @@ def resolve(settings: Settings, qs: list[Queue], spec: str, option: str) -> Offs
         raise SourceError(
             f'option {option}: "earliest", "latest" or JSON like {{"broker-a": {{"0": 10}}}}, not {spec!r} ({e})'
         ) from None
-    earliest = queue_offsets(settings, qs, "earliest")
-    return {b: {q: parsed.get(b, {}).get(q, o) for q, o in per.items()} for b, per in earliest.items()}
+    bounds = {"earliest": queue_offsets(settings, qs, "earliest"), "latest": queue_offsets(settings, qs, "latest")}
+    out: Offsets = {}
+    for b, per in bounds[default].items():
+        for q in per:
+            offset = parsed.get(b, {}).get(q)
+            if offset is None:
+                offset = bounds[default][b][q]
+            elif offset in (-2, -1):
+                offset = bounds["earliest" if offset == -2 else "latest"][b][q]
+            out.setdefault(b, {})[q] = offset
+    return out
 
 
 def pull(conn: BlockingConnection, settings: Settings, queue: Queue, offset: int) -> tuple[int, int, list[MessageExt]]:

@@ -11,8 +11,9 @@ source and writes:
   Pub; one whose Pub was never seen goes under ``topic=__unknown__``); records that do not parse go to
   ``OUT/errors/`` with the id of the trace message that carried them.
 * ``OUT/report/``: ``summary.txt`` (also printed), ``latency.csv`` (store-to-consume latency p50/p95/p99
-  and consume cost per topic and consumer group, failed consumptions, retries), ``never_consumed.csv``,
-  ``transactions.csv``, and ``latency.png`` (the latency distribution per topic).
+  and consume cost per topic and consumer group, failed consumptions, retries), ``never_consumed.csv``
+  (published, consumed by no group, not rolled back), ``transactions.csv``, and ``latency.png`` (the
+  latency distribution per topic).
 
 The store time of a message is taken as the trace's estimate (Pub timestamp + costTime / 2, as the Java
 client's TraceBean.storeTime); latency is measured to the first delivery's SubBefore.
@@ -122,13 +123,15 @@ def ingest_stream(spark: Any, args: argparse.Namespace, out: Path) -> None:
     messages = spark.readStream.format("rocketmq").options(**options).load()
 
     def write(batch: Any, batch_id: int) -> None:
+        batch = batch.select("msgId", "body").cache()  # read from the brokers once
         records, errors = parse(batch)
         records = with_partitions(records, _known_topics(spark, traces)).cache()
         n = records.count()
         records.write.mode("append").partitionBy("date", "topic").parquet(str(traces))
         errors.write.mode("append").parquet(str(out / "errors"))
-        records.unpersist()
         print(f"batch {batch_id}: {batch.count()} trace messages, {n} records", flush=True)
+        records.unpersist()
+        batch.unpersist()
 
     writer = messages.writeStream.foreachBatch(write).option("checkpointLocation", str(out / "_checkpoint"))
     if args.available_now:
@@ -188,9 +191,11 @@ def report(spark: Any, out: Path) -> dict[str, list[dict[str, Any]]]:
         )
         .orderBy("topic", "consumerGroup")
     )
+    rolled_back = t.filter((F.col("traceType") == "EndTransaction") & (F.col("transactionState") == "ROLLBACK_MESSAGE"))
     never = (
         pub.filter("pubOk")
         .join(before.select("msgId").distinct(), "msgId", "left_anti")
+        .join(rolled_back.select("msgId").distinct(), "msgId", "left_anti")  # never meant to be delivered
         .select("topic", "msgId", "keys", "producerGroup", "pubMs")
         .orderBy("topic", "pubMs")
     )
@@ -292,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
     p.add_argument("--access-key", help="ACL access key")
     p.add_argument("--secret-key", help="ACL secret key")
-    p.add_argument("--tls", action="store_true", help="TLS to the NameServers and brokers (tls.client.* from the tls.config.file, as Java clients)")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="TLS to the NameServers and brokers (tls.client.* from the tls.config.file, as Java clients)",
+    )
     args = p.parse_args(argv)
     started = time.monotonic()
     spark = session(args.master)

@@ -1,0 +1,188 @@
+"""python -m spark.trace_ingest on real Spark against our broker, fed by our client with tracing on: a
+traced producer and transactional producer, and a traced push consumer that fails one message once. The
+Parquet tables hold exactly the records those calls made; the report's latencies agree with the send and
+consume times the test saw; the retry, the never-consumed messages and the transaction outcomes are there.
+The streaming mode, run twice from the command line, resumes from its checkpoint without duplicates."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compat_tests.servers import GatewayServers
+from gateway.client import ConsumeStatus, LocalTransactionState, blocking, build_message
+from gateway.remoting.names import TRACE_TOPIC
+from spark import queues as rq
+from spark.trace_ingest import ingest_batch, report
+from spark.trace_parser import rows
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.spark
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def trace_types(servers: GatewayServers) -> Counter[str]:
+    """Records in the trace topic now, by type (read over the wire, as the job does)."""
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": TRACE_TOPIC})
+    qs = rq.queues(settings)
+    ends = rq.queue_offsets(settings, qs, "latest")
+    found: Counter[str] = Counter()
+    for q in qs:
+        for msgs in rq.read_range(settings, q, 0, ends[q.broker][str(q.queue_id)]):
+            found.update(r[0] for r in rows((m.client_msg_id, m.body) for m in msgs))
+    return found
+
+
+class Decide:
+    def __init__(self) -> None:
+        self.states = {
+            b"commit": LocalTransactionState.COMMIT_MESSAGE,
+            b"rollback": LocalTransactionState.ROLLBACK_MESSAGE,
+        }
+
+    def execute_local_transaction(self, msg: Any, arg: Any) -> LocalTransactionState:
+        return self.states[msg.body]
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        return self.states[msg.body]
+
+
+def traffic(servers: GatewayServers, tag: str) -> dict[str, Any]:
+    """Traced sends and consumes; what the test saw of them."""
+    a, b = f"TraceIngestA{tag}", f"TraceIngestB{tag}"
+    servers.create_topic(a, 2)
+    servers.create_topic(b, 1)
+    consumed: dict[tuple[str, int], int] = {}
+    lock = threading.Lock()
+
+    def listener(msgs: list[Any]) -> ConsumeStatus:
+        m = msgs[0]
+        with lock:
+            consumed[(m.client_msg_id, m.reconsume_times)] = now_ms()
+        if m.keys == "a-3" and m.reconsume_times == 0:
+            return ConsumeStatus.RECONSUME_LATER
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    group = f"ingest_cg{tag}"
+    consumer = blocking.PushConsumer(group, servers.namesrv_addr, enable_msg_trace=True)
+    consumer.subscribe(a, "*")
+    consumer.register_message_listener(listener)
+    consumer.start()
+    sends: dict[str, tuple[int, int]] = {}
+    try:
+        with blocking.Producer(f"ingest_pg{tag}", servers.namesrv_addr, enable_msg_trace=True) as producer:
+            for topic, n, prefix in ((a, 10, "a"), (b, 3, "b")):
+                for i in range(n):
+                    t0 = now_ms()
+                    r = producer.send(build_message(topic, b"%d" % i, tags="T", keys=f"{prefix}-{i}"))
+                    sends[r.msg_id] = (t0, now_ms())
+        with blocking.TransactionProducer(
+            f"ingest_tpg{tag}", servers.namesrv_addr, transaction_listener=Decide(), enable_msg_trace=True
+        ) as tx:
+            outcomes = {
+                body: tx.send_message_in_transaction(build_message(a, body, keys="tx"))
+                for body in (b"commit", b"rollback")
+            }
+        deadline = time.monotonic() + 30
+        while len(consumed) < 12:  # 10 + the committed one + key a-3 again
+            assert time.monotonic() < deadline, f"consumed {len(consumed)} of 12"
+            time.sleep(0.1)
+    finally:
+        consumer.shutdown()
+    return {"a": a, "b": b, "group": group, "sends": sends, "consumed": consumed, "tx": outcomes}
+
+
+def test_batch_ingest_writes_the_records_and_a_report_that_matches_what_happened(
+    spark: Any, servers: GatewayServers, tmp_path: Path
+) -> None:
+    seen = traffic(servers, "1")
+    want = Counter({"Pub": 15, "SubBefore": 12, "SubAfter": 12, "EndTransaction": 2})
+    deadline = time.monotonic() + 20
+    while trace_types(servers) != want:
+        assert time.monotonic() < deadline, f"trace topic holds {trace_types(servers)}"
+        time.sleep(0.2)
+    out = tmp_path / "out"
+    args = argparse.Namespace(
+        namesrv=servers.namesrv_addr, topic=TRACE_TOPIC, access_key=None, secret_key=None, tls=False
+    )
+    ingest_batch(spark, args, out)
+    tables = report(spark, out)
+
+    traces = spark.read.parquet(str(out / "traces"))
+    assert Counter({r.traceType: r["count"] for r in traces.groupBy("traceType").count().collect()}) == want
+    by_topic = Counter((r.topic, r.traceType) for r in traces.select("topic", "traceType").collect())
+    assert by_topic[(seen["a"], "SubBefore")] == 12 and by_topic[(seen["b"], "Pub")] == 3  # Sub records got their topic
+    assert {p.name for p in (out / "traces").glob("date=*")} == {time.strftime("date=%Y-%m-%d", time.gmtime())}
+    assert spark.read.parquet(str(out / "errors")).count() == 0
+
+    # Per message: store time (Pub timestamp + cost/2) within the send; first SubBefore at most when the
+    # listener ran; so the latency the job computed lies between what the test can bound it by.
+    pubs = {r.msgId: r for r in traces.filter("traceType = 'Pub'").collect()}
+    firsts = {}
+    for r in traces.filter("traceType = 'SubBefore' AND retryTimes = 0").collect():
+        firsts[r.msgId] = r.timestampMs
+    latencies = []
+    for msg_id, (t0, t1) in seen["sends"].items():
+        store = pubs[msg_id].timestampMs + pubs[msg_id].costTime // 2
+        assert t0 <= store <= t1
+        if msg_id in firsts:
+            seen_at = seen["consumed"][(msg_id, 0)]
+            assert seen_at - 50 <= firsts[msg_id] <= seen_at
+            latencies.append(firsts[msg_id] - store)
+    row = next(r for r in tables["latency"] if r["topic"] == seen["a"] and r["consumerGroup"] == seen["group"])
+    assert (row["messages"], row["failedConsumes"], row["retries"], row["consumeCalls"]) == (11, 1, 1, 12)
+    assert min(latencies) <= row["latencyP50Ms"] <= row["latencyP95Ms"] <= row["latencyP99Ms"] <= max(latencies) + 1000
+    never = {r["msgId"] for r in tables["never_consumed"]}
+    b_ids = {m for m, _ in seen["sends"].items() if pubs[m].topic == seen["b"]}
+    assert never == b_ids  # the rolled-back message is not "never consumed"
+    assert {(r["transactionState"], r["count"]) for r in tables["transactions"]} == {
+        ("COMMIT_MESSAGE", 1),
+        ("ROLLBACK_MESSAGE", 1),
+    }
+    report_dir = out / "report"
+    assert (report_dir / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (report_dir / "summary.txt").read_text()
+    assert seen["a"] in summary and "published, never consumed: 3" in summary
+    assert (report_dir / "latency.csv").read_text().startswith("topic,consumerGroup,messages")
+
+
+def test_streaming_ingest_from_the_command_line_resumes_without_duplicates(
+    servers: GatewayServers, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "spark.trace_ingest", "--namesrv", servers.namesrv_addr, "--out", str(out),
+        "--stream", "--available-now", "--max-records", "2", "--master", "local[2]",
+    ]  # fmt: skip
+
+    def run() -> str:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        return done.stdout
+
+    traffic(servers, "2")
+    first = run()
+    assert "batch 1:" in first and "trace records:" in first  # more than one micro-batch
+    traffic(servers, "3")
+    want = trace_types(servers)
+    second = run()
+    assert "published, never consumed" in second
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(out / "traces").to_pylist()
+    keys = Counter((r["traceMsgId"], r["traceType"], r["msgId"], r["requestId"], r["timestampMs"]) for r in table)
+    assert not [k for k, n in keys.items() if n > 1], "duplicate records after the restart"
+    assert Counter(r["traceType"] for r in table) == want
