@@ -24,15 +24,32 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from . import queues as rq
+from .columns import RecordColumns
 
-SCHEMA = (
-    "topic string, broker string, queueId int, queueOffset bigint, commitLogOffset bigint, msgId string, "
-    "keys string, tags string, properties map<string,string>, bornTimestamp timestamp, "
-    "storeTimestamp timestamp, bornHost string, storeHost string, reconsumeTimes int, body binary"
-)
+SCHEMA = StructType(
+    [
+        StructField(name, kind)
+        for name, kind in (
+            ("topic", StringType()), ("broker", StringType()), ("queueId", IntegerType()),
+            ("queueOffset", LongType()), ("commitLogOffset", LongType()), ("msgId", StringType()),
+            ("keys", StringType()), ("tags", StringType()), ("properties", MapType(StringType(), StringType())),
+            ("bornTimestamp", TimestampType()), ("storeTimestamp", TimestampType()), ("bornHost", StringType()),
+            ("storeHost", StringType()), ("reconsumeTimes", IntegerType()), ("body", BinaryType()),
+        )
+    ]
+)  # fmt: skip
 BATCH_ROWS = 8192  # rows per Arrow batch handed to Spark
 
 
@@ -52,7 +69,7 @@ class RocketMQDataSource(DataSource):
     def name(cls) -> str:
         return "rocketmq"
 
-    def schema(self) -> str:
+    def schema(self) -> StructType:
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -74,46 +91,16 @@ def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[Queu
 
 def read_batches(settings: rq.Settings, part: QueueRange, schema: StructType) -> Iterator[Any]:
     """The rows of ``part`` as Arrow record batches of the source's schema (runs in a worker)."""
-    import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    topic, broker, queue_id = settings.topic, part.queue.broker, part.queue.queue_id
-    cols: dict[str, list[Any]] = {name: [] for name in arrow_schema.names}
-
-    def batch() -> Any:
-        n = len(cols["queueOffset"])
-        arrays = {
-            "topic": pa.array([topic] * n, pa.string()),
-            "broker": pa.array([broker] * n, pa.string()),
-            "queueId": pa.array([queue_id] * n, pa.int32()),
-            "bornTimestamp": pa.array([t * 1000 for t in cols["bornTimestamp"]], pa.timestamp("us", tz="UTC")),
-            "storeTimestamp": pa.array([t * 1000 for t in cols["storeTimestamp"]], pa.timestamp("us", tz="UTC")),
-        }
-        columns = [arrays[f.name] if f.name in arrays else pa.array(cols[f.name], f.type) for f in arrow_schema]
-        for values in cols.values():
-            values.clear()
-        return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
-
-    for msgs in rq.read_range(settings, part.queue, part.start, part.end):
-        for m in msgs:
-            props = m.properties
-            cols["queueOffset"].append(m.queue_offset)
-            cols["commitLogOffset"].append(m.commitlog_offset)
-            cols["msgId"].append(m.client_msg_id)
-            cols["keys"].append(props.get("KEYS"))
-            cols["tags"].append(props.get("TAGS"))
-            cols["properties"].append(list(props.items()))
-            cols["bornTimestamp"].append(m.born_timestamp)
-            cols["storeTimestamp"].append(m.store_timestamp)
-            cols["bornHost"].append(m.born_host)
-            cols["storeHost"].append(m.store_host)
-            cols["reconsumeTimes"].append(m.reconsume_times)
-            cols["body"].append(m.body)
-        if len(cols["queueOffset"]) >= BATCH_ROWS:
-            yield batch()
-    if cols["queueOffset"]:
-        yield batch()
+    columns = RecordColumns()
+    for body in rq.read_range(settings, part.queue, part.start, part.end):
+        columns.add_records(body, part.start, part.end)
+        if len(columns) >= BATCH_ROWS:
+            yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
+    if len(columns):
+        yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
 
 
 class RocketMQBatchReader(DataSourceReader):

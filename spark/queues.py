@@ -8,6 +8,7 @@ Offsets are ``{"<brokerName>": {"<queueId>": offset}}`` (JSON keys are strings):
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -25,7 +26,6 @@ from gateway.remoting.headers import (
     TopicQueueRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from gateway.remoting.message import MessageExt, decode_records
 from gateway.remoting.names import topic_problem
 from gateway.tls.client import ssl_client_context
 from gateway.tls.config import KEYS as TLS_KEYS
@@ -178,9 +178,8 @@ def resolve(settings: Settings, qs: list[Queue], spec: str, option: str, default
     return out
 
 
-def pull(conn: BlockingConnection, settings: Settings, queue: Queue, offset: int) -> tuple[int, int, list[MessageExt]]:
-    """One PULL_MESSAGE from ``offset`` (subscription ``*``, no commit, no hold): (response code,
-    nextBeginOffset, messages)."""
+def pull_request(settings: Settings, queue: Queue, offset: int) -> RemotingCommand:
+    """PULL_MESSAGE from ``offset``: subscription ``*``, no commit, no hold."""
     header = PullMessageRequestHeader(
         consumer_group=settings.group,
         topic=settings.topic,
@@ -194,47 +193,72 @@ def pull(conn: BlockingConnection, settings: Settings, queue: Queue, offset: int
         sub_version=0,
         expression_type="TAG",
     )
-    resp = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode()))
-    if resp.code not in (
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode())
+
+
+_PULL_CODES = frozenset(
+    {
         ResponseCode.SUCCESS,
         ResponseCode.PULL_NOT_FOUND,
         ResponseCode.PULL_RETRY_IMMEDIATELY,
         ResponseCode.PULL_OFFSET_MOVED,
-    ):
-        raise SourceError(f"{conn.addr} answered {resp.code} to a pull of {queue}: {resp.remark}")
-    next_offset = PullMessageResponseHeader.decode(resp.ext_fields).next_begin_offset
-    msgs = decode_records(resp.body) if resp.code == ResponseCode.SUCCESS and resp.body else []
-    return resp.code, next_offset, msgs
+    }
+)
 
 
-def read_range(settings: Settings, queue: Queue, start: int, end: int) -> Iterator[list[MessageExt]]:
-    """The messages of ``queue`` at offsets ``start`` <= offset < ``end``, a pull's worth at a time, from its
-    master (its slaves when the master does not answer). Offsets the broker no longer holds are skipped."""
-    offset = start
+def read_range(settings: Settings, queue: Queue, start: int, end: int, window: int = 4) -> Iterator[bytes]:
+    """Pull bodies holding the messages of ``queue`` at offsets ``start`` <= offset < ``end`` (they may hold
+    a few more: callers keep the range), in offset order, from its master (its slaves, in turn, when it
+    does not answer). ``window`` pulls are in flight, 32 offsets apart; when an answer ends elsewhere (a short
+    batch, offsets the broker no longer holds) the pulls after it are dropped and reading goes on from
+    where it says."""
     addrs = list(queue.addrs)
-    conn = settings.connect(addrs[0])
-    try:
-        while offset < end:
-            try:
-                code, next_offset, msgs = pull(conn, settings, queue, offset)
-            except OSError:
-                conn.close()
-                addrs = addrs[1:] + addrs[:1]  # the next replica, in turn
-                conn = settings.connect(addrs[0])
-                code, next_offset, msgs = pull(conn, settings, queue, offset)
-            if code == ResponseCode.SUCCESS:
-                wanted = [m for m in msgs if offset <= m.queue_offset < end]
-                if wanted:
-                    yield wanted
-            if next_offset <= offset:
-                if code == ResponseCode.PULL_NOT_FOUND:
-                    return  # the queue ends before ``end``
-                next_offset = offset + 1 if code == ResponseCode.SUCCESS else offset
-                if next_offset == offset:
-                    return
+    offset = start
+    while offset < end:
+        conn = settings.connect(addrs[0])
+        try:
+            for body, reached in _pipelined(conn, settings, queue, offset, end, window):
+                offset = reached
+                if body:
+                    yield body
+            return
+        except OSError:
+            addrs = addrs[1:] + addrs[:1]  # the next replica, from the last offset read
+            if len(addrs) == 1:
+                raise
+        finally:
+            conn.close()
+
+
+def _pipelined(
+    conn: BlockingConnection, settings: Settings, queue: Queue, start: int, end: int, window: int
+) -> Iterator[tuple[bytes, int]]:
+    """(body, the offset read up to) per answer, until ``end`` or the end of the queue; ``window`` pulls
+    stay in flight."""
+    offset = next_ask = start
+    asked: deque[int] = deque()
+    while True:
+        while len(asked) < window and next_ask < end:
+            conn.send(pull_request(settings, queue, next_ask))
+            asked.append(next_ask)
+            next_ask += PULL_BATCH
+        if not asked:
+            return
+        at = asked.popleft()
+        resp = conn.receive()
+        if resp.code not in _PULL_CODES:
+            raise SourceError(f"{conn.addr} answered {resp.code} to a pull of {queue}: {resp.remark}")
+        next_offset = PullMessageResponseHeader.decode(resp.ext_fields).next_begin_offset
+        if resp.code == ResponseCode.SUCCESS and next_offset > at:
             offset = next_offset
-    finally:
-        conn.close()
+            yield resp.body or b"", offset
+        if next_offset != at + PULL_BATCH or resp.code != ResponseCode.SUCCESS:
+            for _ in asked:  # answers to pulls from the wrong offsets
+                conn.receive()
+            asked.clear()
+            if resp.code == ResponseCode.PULL_NOT_FOUND or next_offset <= at:
+                return  # the queue ends here, or the broker cannot move on
+            offset = next_ask = max(offset, next_offset)
 
 
 def commit(settings: Settings, qs: list[Queue], offsets: Offsets) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections import deque
 from collections.abc import Callable
 
 from .codec import FrameDecoder, encode
@@ -32,6 +33,7 @@ class BlockingConnection:
         self.sign = sign
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder()
+        self._ready: deque[RemotingCommand] = deque()
         self._opaque = 0
 
     def _connect(self) -> socket.socket:
@@ -41,30 +43,49 @@ class BlockingConnection:
         if self.tls is not None:
             sock = self.tls.wrap_socket(sock, server_hostname=host)
         self._decoder = FrameDecoder()
+        self._ready.clear()
         return sock
 
     def invoke(self, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         """Send ``request`` and return its response; OSError (the connection closed) on failure."""
+        opaque = self.send(request)
+        response = self.receive(timeout)
+        if response.opaque != opaque:
+            self.close()
+            raise ConnectionError(f"{self.addr} answered request {response.opaque}, not {opaque}")
+        return response
+
+    def send(self, request: RemotingCommand) -> int:
+        """Write ``request`` without waiting (pipelining); its opaque, which its response will carry."""
         if self._sock is None:
             self._sock = self._connect()
         self._opaque += 1
         request.opaque = self._opaque
         if self.sign is not None:
             self.sign(request)
-        sock = self._sock
-        sock.settimeout(self.timeout if timeout is None else timeout)
         try:
-            sock.sendall(encode(request))
-            while True:
-                data = sock.recv(1 << 20)
-                if not data:
-                    raise ConnectionError(f"{self.addr} closed the connection")
-                for cmd in self._decoder.feed(data):
-                    if cmd.is_response and cmd.opaque == request.opaque:
-                        return cmd
+            self._sock.sendall(encode(request))
         except BaseException:
             self.close()
             raise
+        return request.opaque
+
+    def receive(self, timeout: float | None = None) -> RemotingCommand:
+        """The next response on the connection (a server answers one connection's requests in order)."""
+        if self._sock is None:
+            raise ConnectionError(f"no connection to {self.addr}")
+        sock = self._sock
+        sock.settimeout(self.timeout if timeout is None else timeout)
+        try:
+            while not self._ready:
+                data = sock.recv(1 << 20)
+                if not data:
+                    raise ConnectionError(f"{self.addr} closed the connection")
+                self._ready.extend(cmd for cmd in self._decoder.feed(data) if cmd.is_response)
+        except BaseException:
+            self.close()
+            raise
+        return self._ready.popleft()
 
     def close(self) -> None:
         if self._sock is not None:

@@ -19,6 +19,7 @@ import pytest
 
 from compat_tests.servers import GatewayServers
 from gateway.client import ConsumeStatus, LocalTransactionState, blocking, build_message
+from gateway.remoting.message import decode_records
 from gateway.remoting.names import TRACE_TOPIC
 from spark import queues as rq
 from spark.trace_ingest import ingest_batch, report
@@ -40,8 +41,8 @@ def trace_types(servers: GatewayServers) -> Counter[str]:
     ends = rq.queue_offsets(settings, qs, "latest")
     found: Counter[str] = Counter()
     for q in qs:
-        for msgs in rq.read_range(settings, q, 0, ends[q.broker][str(q.queue_id)]):
-            found.update(r[0] for r in rows((m.client_msg_id, m.body) for m in msgs))
+        for body in rq.read_range(settings, q, 0, ends[q.broker][str(q.queue_id)]):
+            found.update(r[0] for r in rows((m.client_msg_id, m.body) for m in decode_records(body)))
     return found
 
 

@@ -1,0 +1,74 @@
+"""The data source's reading side without Spark: pipelined pulls of an offset range from our broker, the
+columnar decoder (compressed bodies included), and option errors that name the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from compat_tests.servers import GatewayServers
+from gateway.client import blocking, build_message
+from gateway.config import ConfigError
+from spark import queues as rq
+from spark.columns import RecordColumns
+
+
+@pytest.fixture(scope="module")
+def topic(servers: GatewayServers) -> dict[int, str]:
+    """A one-queue topic of 100 messages, every tenth one over 4 KiB (sent compressed); msgId by offset."""
+    servers.create_topic("QueuesRead", 1)
+    ids = {}
+    with blocking.Producer("queues_read_pg", servers.namesrv_addr) as producer:
+        for i in range(100):
+            body = (b"%d-" % i) * (2000 if i % 10 == 0 else 1)
+            r = producer.send(build_message("QueuesRead", body, keys=f"k{i}"))
+            ids[r.queue_offset] = r.msg_id
+    return ids
+
+
+def rows(servers: GatewayServers, start: int, end: int, window: int = 4) -> list[tuple]:
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "QueuesRead"})
+    (queue,) = rq.queues(settings)
+    columns = RecordColumns()
+    for body in rq.read_range(settings, queue, start, end, window):
+        columns.add_records(body, start, end)
+    return columns.rows
+
+
+@pytest.mark.parametrize("window", [1, 4, 8])
+def test_a_range_is_read_exactly_whatever_the_window(
+    servers: GatewayServers, topic: dict[int, str], window: int
+) -> None:
+    got = rows(servers, 0, 100, window)
+    assert [r[0] for r in got] == list(range(100))
+    assert [r[2] for r in got] == [topic[i] for i in range(100)]
+    assert got[10][10] == b"10-" * 2000 and got[11][10] == b"11-"  # decompressed as clients do
+    assert [r[3] for r in got[:3]] == ["k0", "k1", "k2"]
+
+
+def test_part_of_a_queue_and_a_range_past_its_end(servers: GatewayServers, topic: dict[int, str]) -> None:
+    assert [r[0] for r in rows(servers, 10, 45)] == list(range(10, 45))
+    assert [r[0] for r in rows(servers, 90, 500)] == list(range(90, 100))
+    assert rows(servers, 100, 200) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"topic": "T"}, "namesrvAddr is required"),
+        ({"namesrvAddr": "127.0.0.1:1", "topic": "bad topic!"}, "option topic"),
+        ({"namesrvAddr": "127.0.0.1:1", "topic": "T", "accessKey": "ak"}, "accessKey and secretKey"),
+        ({"namesrvAddr": "127.0.0.1:1", "topic": "T", "tls.enable": "maybe"}, "tls.enable"),
+    ],
+)
+def test_bad_options_name_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises((rq.SourceError, ConfigError), match=message):
+        rq.Settings.from_options(options)
+
+
+def test_an_unknown_topic_is_an_error(servers: GatewayServers) -> None:
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "NoSuchTopicHere"})
+    with pytest.raises(rq.SourceError, match="not routed"):
+        rq.queues(settings)
+    bad = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "QueuesRead"})
+    with pytest.raises(rq.SourceError, match="startingOffsets"):
+        rq.resolve(bad, rq.queues(bad), "[1, 2]", "startingOffsets", "earliest")
