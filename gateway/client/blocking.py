@@ -30,6 +30,7 @@ from twisted.python.threadpool import ThreadPool
 
 from gateway.remoting.bodies import MessageQueue, TopicRouteData
 from gateway.remoting.message import Message, MessageExt
+from gateway.trace.view import TraceView
 
 from . import admin, consumer, producer, push_consumer, transaction_producer
 from .consume_orderly import ConsumeOrderlyStatus
@@ -142,6 +143,9 @@ class Admin(_MQAdmin):
 
     def create_topic(self, topic: str, queue_nums: int = 4, **options: Any) -> None:
         self._call(self.core.create_topic, topic, queue_nums, **options)
+
+    def query_msg_trace_by_id(self, msg_id: str, **options: Any) -> list[TraceView]:
+        return self._call(self.core.query_msg_trace_by_id, msg_id, **options)
 
 
 class Producer(_Started):
