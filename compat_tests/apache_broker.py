@@ -7,8 +7,9 @@ built outside it (its distribution's ``lib/*``). Without it the tests that need 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
+
+from .servers import jdk_tool
 
 CLASSPATH_ENV = "ROCKETMQ_BROKER_CLASSPATH"
 CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
@@ -33,9 +34,8 @@ def apache_broker_argv(conf: Path, home: Path) -> list[str]:
     ROCKETMQ_HOME (``rocketmqHome``), so the file should name it."""
     (home / "conf").mkdir(parents=True, exist_ok=True)
     (home / "conf" / "logback_broker.xml").write_text(LOGBACK)
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin")) or "java"
     return [
-        java,
+        jdk_tool("java"),
         "-Xms256m",
         "-Xmx256m",
         "-XX:MaxDirectMemorySize=256m",

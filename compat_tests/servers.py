@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -46,6 +47,17 @@ def call(
             for cmd in decoder.feed(data):
                 if cmd.is_response and cmd.opaque == 1:
                     return cmd
+
+
+def jdk_tool(name: str) -> str:
+    """``java``/``javac`` from ``$JAVA_HOME/bin``, else from the PATH; FileNotFoundError if neither has it."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / name).exists():
+        return str(Path(java_home) / "bin" / name)
+    found = shutil.which(name)
+    if not found:
+        raise FileNotFoundError(f"'{name}' was not found (install a JDK or set JAVA_HOME)")
+    return found
 
 
 def free_port() -> int:

@@ -9,12 +9,13 @@ Our NameServer and Broker come from the ``servers`` fixture (compat_tests/confte
 """
 
 import os
-import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
+
+from .servers import jdk_tool
 
 CLASSPATH_ENV = "ROCKETMQ_JAVA_CLASSPATH"
 JAVA_CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
@@ -36,15 +37,10 @@ COMPILE_TIMEOUT = 180
 
 
 def _jdk_tool(name):
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / name
-        if candidate.exists():
-            return str(candidate)
-    found = shutil.which(name)
-    if not found:
-        pytest.fail(f"{CLASSPATH_ENV} is set but '{name}' was not found (install a JDK or set JAVA_HOME)")
-    return found
+    try:
+        return jdk_tool(name)
+    except FileNotFoundError as e:
+        pytest.fail(f"{CLASSPATH_ENV} is set but {e}")
 
 
 @pytest.fixture(scope="module")

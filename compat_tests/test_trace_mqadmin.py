@@ -16,8 +16,7 @@ from gateway.client import ConsumeStatus, blocking, build_message
 from gateway.client.blocking import Admin
 from gateway.trace.view import format_trace_views
 
-from .servers import GatewayServers
-from .test_java import _jdk_tool
+from .servers import GatewayServers, jdk_tool
 
 MQADMIN_CLASSPATH = os.environ.get("ROCKETMQ_MQADMIN_CLASSPATH", "").strip()
 if not MQADMIN_CLASSPATH:
@@ -54,7 +53,7 @@ def test_query_msg_trace_by_id_prints_our_traces(traced: GatewayServers, tmp_pat
     (home / "conf" / "logback_tools.xml").write_text('<configuration><root level="OFF"/></configuration>\n')
     proc = subprocess.run(
         [
-            _jdk_tool("java"), "-Xmx256m", f"-Drocketmq.home.dir={home}", f"-Duser.home={tmp_path}",
+            jdk_tool("java"), "-Xmx256m", f"-Drocketmq.home.dir={home}", f"-Duser.home={tmp_path}",
             "-cp", MQADMIN_CLASSPATH, "org.apache.rocketmq.tools.command.MQAdminStartup",
             "queryMsgTraceById", "-n", traced.namesrv_addr, "-i", msg_id,
         ],
