@@ -3,13 +3,21 @@ columnar decoder (compressed bodies included), and option errors that name the o
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import pytest
 
-from compat_tests.servers import GatewayServers
+from compat_tests.secure_servers import ADMIN, acl_servers, pki, tls_context, tls_servers  # noqa: F401
+from compat_tests.servers import GatewayServers, call, create_topic_request
 from gateway.client import blocking, build_message
 from gateway.config import ConfigError
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.tls import certs
 from spark import queues as rq
 from spark.columns import RecordColumns
+from tests.broker.test_broker_server import send_header
 
 
 @pytest.fixture(scope="module")
@@ -72,3 +80,52 @@ def test_an_unknown_topic_is_an_error(servers: GatewayServers) -> None:
     bad = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "QueuesRead"})
     with pytest.raises(rq.SourceError, match="startingOffsets"):
         rq.resolve(bad, rq.queues(bad), "[1, 2]", "startingOffsets", "earliest")
+
+
+def _one_message(servers: GatewayServers, topic: str, sign: Any = None, tls: Any = None) -> None:
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(topic, {}, 0), b"secured")
+    if sign is not None:
+        sign(request)
+    assert call(servers.broker_addr, request, tls=tls).code == ResponseCode.SUCCESS
+
+
+def _read_all(options: dict[str, str]) -> list[tuple]:
+    settings = rq.Settings.from_options(options)
+    qs = rq.queues(settings)
+    ends = rq.queue_offsets(settings, qs, "latest")
+    columns = RecordColumns()
+    for q in qs:
+        for body in rq.read_range(settings, q, 0, ends[q.broker][str(q.queue_id)]):
+            columns.add_records(body, 0, ends[q.broker][str(q.queue_id)])
+    return columns.rows
+
+
+def test_acl_options_sign_every_request(acl_servers: GatewayServers) -> None:  # noqa: F811
+    acl_servers.create_topic("SparkAclTopic", 1)
+    _one_message(acl_servers, "SparkAclTopic", ADMIN.sign)
+    options = {"namesrvAddr": acl_servers.namesrv_addr, "topic": "SparkAclTopic"}
+    with pytest.raises(rq.SourceError, match="No accessKey is configured"):
+        _read_all(options)
+    got = _read_all({**options, "accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
+    assert [r[10] for r in got] == [b"secured"]
+
+
+def test_tls_options_reach_an_enforcing_mutual_tls_cluster(
+    tls_servers: GatewayServers,  # noqa: F811
+    pki: certs.DevPki,  # noqa: F811
+) -> None:
+    context = tls_context(pki)
+    assert call(tls_servers.broker_addr, create_topic_request("SparkTlsTopic", 1), tls=context).code == 0
+    _one_message(tls_servers, "SparkTlsTopic", tls=context)
+    options = {"namesrvAddr": tls_servers.namesrv_addr, "topic": "SparkTlsTopic"}
+    with pytest.raises(rq.SourceError, match="no NameServer answered"):
+        _read_all(options)  # plain TCP to enforcing servers
+    deadline = time.monotonic() + 10
+    while True:  # the broker registers the new topic with the NameServer in the background
+        try:
+            got = _read_all({**options, **pki.client_properties()})
+            break
+        except rq.SourceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert [r[10] for r in got] == [b"secured"]
