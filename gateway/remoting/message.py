@@ -91,9 +91,15 @@ def properties_to_string(props: dict[str, str] | None) -> str:
 
 def string_to_properties(s: str | None) -> dict[str, str]:
     """``string2messageProperties``, skipping malformed segments as Java does."""
-    out: dict[str, str] = {}
     if not s:
-        return out
+        return {}
+    try:  # the well-formed case, in C
+        fast = dict(seg.split(NAME_VALUE_SEPARATOR, 1) for seg in s.split(PROPERTY_SEPARATOR))
+        if "" not in fast and "" not in fast.values():
+            return fast
+    except ValueError:  # a segment without a separator
+        pass
+    out: dict[str, str] = {}
     for seg in s.split(PROPERTY_SEPARATOR):
         if len(seg) < 3:
             continue

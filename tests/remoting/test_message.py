@@ -130,6 +130,18 @@ def test_properties_java_skipping_rules(s: str | None, props: dict[str, str]) ->
     assert string_to_properties(s) == props
 
 
+@SETTINGS
+@given(st.text(alphabet="ab\x01\x02"))
+def test_properties_fast_path_skips_what_java_skips(s: str) -> None:
+    """Any mix of separators parses as Java's segment-by-segment loop does."""
+    expected = {}
+    for seg in s.split("\x02"):
+        k, sep, v = seg.partition("\x01")
+        if len(seg) >= 3 and sep and k and v:
+            expected[k] = v
+    assert string_to_properties(s) == expected
+
+
 # ---------------------------------------------------------------------------- hosts and offset message ids
 
 
