@@ -57,6 +57,7 @@ def session(master: str, app: str = "rocketmq-trace-ingest") -> Any:
 
 
 def source_options(args: argparse.Namespace) -> dict[str, str]:
+    """The data source's options for the command line's."""
     options = {"namesrvAddr": args.namesrv, "topic": args.topic, "startingOffsets": "earliest"}
     if args.access_key:
         options.update(accessKey=args.access_key, secretKey=args.secret_key)
@@ -100,13 +101,16 @@ def _known_topics(spark: Any, traces: Path) -> Any | None:
     )
 
 
-def ingest_batch(spark: Any, args: argparse.Namespace, out: Path) -> None:
-    settings = rq.Settings.from_options(source_options(args))
+def ingest_batch(spark: Any, options: dict[str, str], out: Path) -> None:
+    """The trace topic as it is now (the data source's ``options``) into ``out``, replacing what was there."""
+    settings = rq.Settings.from_options(options)
     qs = rq.queues(settings)
     first, last = rq.queue_offsets(settings, qs, "earliest"), rq.queue_offsets(settings, qs, "latest")
     backlog = sum(last[q.broker][str(q.queue_id)] - first[q.broker][str(q.queue_id)] for q in qs)
-    print(f"reading {args.topic}: {len(qs)} queue(s) on {len({q.broker for q in qs})} broker(s), {backlog} messages")
-    messages = spark.read.format("rocketmq").options(**source_options(args)).load()
+    print(
+        f"reading {settings.topic}: {len(qs)} queue(s) on {len({q.broker for q in qs})} broker(s), {backlog} messages"
+    )
+    messages = spark.read.format("rocketmq").options(**options).load()
     records, errors = parse(messages)
     records = with_partitions(records, None).cache()
     spark.sparkContext.setJobDescription("write trace records")
@@ -115,11 +119,9 @@ def ingest_batch(spark: Any, args: argparse.Namespace, out: Path) -> None:
     print(f"wrote {records.count()} trace records to {out / 'traces'}")
 
 
-def ingest_stream(spark: Any, args: argparse.Namespace, out: Path) -> None:
+def ingest_stream(spark: Any, options: dict[str, str], out: Path, available_now: bool, trigger_seconds: int) -> None:
+    """The trace topic as a stream into ``out`` (appending; checkpointed in ``out/_checkpoint``)."""
     traces = out / "traces"
-    options = source_options(args)
-    if args.max_records:
-        options["maxRecordsPerTrigger"] = str(args.max_records)
     messages = spark.readStream.format("rocketmq").options(**options).load()
 
     def write(batch: Any, batch_id: int) -> None:
@@ -134,10 +136,10 @@ def ingest_stream(spark: Any, args: argparse.Namespace, out: Path) -> None:
         batch.unpersist()
 
     writer = messages.writeStream.foreachBatch(write).option("checkpointLocation", str(out / "_checkpoint"))
-    if args.available_now:
+    if available_now:
         writer = writer.trigger(availableNow=True)
     else:
-        writer = writer.trigger(processingTime=f"{args.trigger_seconds} seconds")
+        writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
     query = writer.start()
     try:
         query.awaitTermination()
@@ -307,10 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = session(args.master)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
+        options = source_options(args)
         if args.stream:
-            ingest_stream(spark, args, args.out)
+            if args.max_records:
+                options["maxRecordsPerTrigger"] = str(args.max_records)
+            ingest_stream(spark, options, args.out, args.available_now, args.trigger_seconds)
         else:
-            ingest_batch(spark, args, args.out)
+            ingest_batch(spark, options, args.out)
         report(spark, args.out)
     except rq.SourceError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -36,6 +36,8 @@
  *   --tls                 speak TLS (system property tls.enable=true, as an application would set it)
  *   --tls-trust CA.pem    verify the server against this CA (tls.client.authServer, tls.test.mode.enable=false)
  *   --tls-cert C.pem --tls-key K.pem   present this client certificate (PKCS#8 key)
+ * Trace option (produce, push):
+ *   --trace               enableMsgTrace: the client writes its trace records to RMQ_SYS_TRACE_TOPIC
  *
  * Output: lines such as "SENT <n>", "CONSUMED <n>", "DUPLICATES <n>", "MISMATCH ...", then a
  * final "OK" (exit 0) or "FAIL: reason" (exit 1; 2 for bad usage; 3 for timeout).
@@ -144,7 +146,7 @@ public class CompatMain {
         System.out.println("FAIL: usage: " + why);
         System.out.println("usage: CompatMain produce|push|litepull --namesrv H:P --topic T --group G [--count N] "
             + "[--modes sync,async,oneway,batch] [--run-id ID] [--timeout S] [--log-dir D] "
-            + "[--subexpr EXPR] [--expect-modes m,..] [--grace S] [--allow-dups] [--no-foreign] [--verbose]");
+            + "[--subexpr EXPR] [--expect-modes m,..] [--grace S] [--allow-dups] [--no-foreign] [--verbose] [--trace]");
         System.out.flush();
         System.exit(2);
     }
@@ -242,7 +244,8 @@ public class CompatMain {
             String a = args[k];
             if (!a.startsWith("--")) usage("unexpected argument " + a);
             String name = a.substring(2);
-            if (name.equals("allow-dups") || name.equals("verbose") || name.equals("no-foreign") || name.equals("tls")) {
+            if (name.equals("allow-dups") || name.equals("verbose") || name.equals("no-foreign") || name.equals("tls")
+                || name.equals("trace")) {
                 flags.add(name);
             } else {
                 if (k + 1 >= args.length) usage("missing value for " + a);
@@ -298,7 +301,7 @@ public class CompatMain {
         int count = Integer.parseInt(opt("count", "100"));
         List<String> modes = modesOpt("modes", ALL_MODES);
 
-        DefaultMQProducer p = new DefaultMQProducer(group, rpcHook());
+        DefaultMQProducer p = new DefaultMQProducer(group, rpcHook(), flags.contains("trace"), null);
         p.setNamesrvAddr(ns);
         p.setInstanceName(instanceName("producer"));
         p.setSendMsgTimeout(10000);
@@ -458,7 +461,8 @@ public class CompatMain {
             pull.start();
         } else {
             pull = null;
-            push = new DefaultMQPushConsumer(group, rpcHook(), new AllocateMessageQueueAveragely());
+            push = new DefaultMQPushConsumer(
+                group, rpcHook(), new AllocateMessageQueueAveragely(), flags.contains("trace"), null);
             push.setNamesrvAddr(ns);
             push.setInstanceName(instanceName("push"));
             push.setMessageModel(MessageModel.CLUSTERING);

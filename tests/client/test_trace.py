@@ -164,3 +164,17 @@ async def test_a_custom_trace_topic(servers: Servers) -> None:
     await wait_until(lambda: bool(stored(servers, trace_topic)), what="the custom trace topic")
     (pub,) = records(stored(servers, trace_topic))
     assert (pub.trace_type, pub.msg_id, pub.topic) == ("Pub", result.msg_id, topic)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_trace_that_cannot_be_written_never_fails_the_traced_send(servers: Servers) -> None:
+    """The trace topic is refused (an illegal name): the send and the shutdown still succeed."""
+    topic = await servers.topic(1)
+    producer = Producer(group_name("pg"), servers.namesrv_addr, enable_msg_trace=True, custom_trace_topic="no such!")
+    await producer.start()
+    try:
+        result = await producer.send(build_message(topic, b"traced anyway"))
+        assert result.status.name == "SEND_OK"
+    finally:
+        await producer.shutdown()
+    assert producer.trace is not None and not producer.trace.dispatcher._sending

@@ -6,7 +6,6 @@ The streaming mode, run twice from the command line, resumes from its checkpoint
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import threading
@@ -115,10 +114,7 @@ def test_batch_ingest_writes_the_records_and_a_report_that_matches_what_happened
         assert time.monotonic() < deadline, f"trace topic holds {trace_types(servers)}"
         time.sleep(0.2)
     out = tmp_path / "out"
-    args = argparse.Namespace(
-        namesrv=servers.namesrv_addr, topic=TRACE_TOPIC, access_key=None, secret_key=None, tls=False
-    )
-    ingest_batch(spark, args, out)
+    ingest_batch(spark, {"namesrvAddr": servers.namesrv_addr, "topic": TRACE_TOPIC}, out)
     tables = report(spark, out)
 
     traces = spark.read.parquet(str(out / "traces"))
