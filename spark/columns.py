@@ -1,8 +1,10 @@
 """Pulled records straight into the data source's columns, then an Arrow record batch.
 
 The hot loop of a read: one ``struct`` call takes a record's fixed part (IPv4 hosts, the usual case),
-host strings are cached, and properties go into flat key/value lists that become a Map array without a
-Python object per entry. Records with IPv6 hosts or a compressed body take the general decoder.
+host strings are cached, msgId, keys and tags are found in the encoded properties with ``str.find``,
+and the properties of a whole batch become a Map array with a few string operations in C (rows with a
+malformed property string are parsed one by one, as Java does). Records with IPv6 hosts or a compressed
+body take the general decoder.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from gateway.remoting.message import (
     RecordError,
     create_offset_message_id,
     decode_record,
+    properties_to_string,
+    property_value,
     string_to_properties,
     unpack_host,
 )
@@ -24,7 +28,6 @@ from gateway.remoting.message import (
 # bornHost(4+4), storeTimestamp, storeHost(4+4), reconsumeTimes, preparedTransactionOffset, bodyLength
 _FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")
 _SLOW_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG | MessageSysFlag.COMPRESSED_FLAG
-_UNIQ = "UNIQ_KEY"
 
 
 # The per-row columns, in the order of the tuples RecordColumns keeps.
@@ -36,7 +39,7 @@ _COLUMNS = (
 
 class RecordColumns:
     """The rows read so far, one tuple each (topic, broker and queueId are constant per queue), and their
-    properties as flat key and value lists."""
+    encoded properties."""
 
     def __init__(self) -> None:
         self._hosts: dict[bytes, str] = {}
@@ -44,9 +47,7 @@ class RecordColumns:
 
     def _clear(self) -> None:
         self.rows: list[tuple[Any, ...]] = []
-        self.prop_offsets = [0]
-        self.prop_keys: list[str] = []
-        self.prop_values: list[str] = []
+        self.props: list[str] = []
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -55,8 +56,7 @@ class RecordColumns:
         """Every record of a pull body whose queue offset is in [start, end)."""
         pos, n = 0, len(buf)
         unpack = _FIXED_V4.unpack_from
-        hosts, rows = self._hosts, self.rows
-        prop_keys, prop_values, prop_offsets = self.prop_keys, self.prop_values, self.prop_offsets
+        hosts, rows, all_props = self._hosts, self.rows, self.props
         while pos < n:
             fixed = unpack(buf, pos)
             total, magic, sys_flag, queue_offset = fixed[0], fixed[1], fixed[7], fixed[5]
@@ -67,11 +67,10 @@ class RecordColumns:
                 continue
             if sys_flag & _SLOW_FLAGS:
                 m = decode_record(buf, pos, decompress=True)
-                props = m.properties
+                props = properties_to_string(m.properties)
                 row = (
-                    m.queue_offset, m.commitlog_offset, props.get(_UNIQ) or m.msg_id, props.get("KEYS"),
-                    props.get("TAGS"), m.born_timestamp, m.store_timestamp, m.born_host, m.store_host,
-                    m.reconsume_times, m.body,
+                    m.queue_offset, m.commitlog_offset, m.uniq_key or m.msg_id, m.keys, m.tags, m.born_timestamp,
+                    m.store_timestamp, m.born_host, m.store_host, m.reconsume_times, m.body,
                 )  # fmt: skip
             else:
                 p = pos + _FIXED_V4.size
@@ -79,19 +78,37 @@ class RecordColumns:
                 p += fixed[14]
                 p += 1 + buf[p]  # the topic: the one asked for
                 props_len = (buf[p] << 8) | buf[p + 1]
-                props = string_to_properties(buf[p + 2 : p + 2 + props_len].decode()) if props_len else {}
+                props = buf[p + 2 : p + 2 + props_len].decode() if props_len else ""
                 born, store = fixed[9], fixed[11]
                 row = (
-                    queue_offset, fixed[6], props.get(_UNIQ) or create_offset_message_id(store, fixed[6]),
-                    props.get("KEYS"), props.get("TAGS"), fixed[8], fixed[10],
+                    queue_offset, fixed[6],
+                    property_value(props, "UNIQ_KEY\x01") or create_offset_message_id(store, fixed[6]),
+                    property_value(props, "KEYS\x01"), property_value(props, "TAGS\x01"), fixed[8], fixed[10],
                     hosts.get(born) or hosts.setdefault(born, unpack_host(born)),
                     hosts.get(store) or hosts.setdefault(store, unpack_host(store)), fixed[12], body,
                 )  # fmt: skip
             rows.append(row)
-            prop_keys.extend(props)
-            prop_values.extend(props.values())
-            prop_offsets.append(len(prop_keys))
+            all_props.append(props)
             pos += total
+
+    def _property_lists(self) -> tuple[list[int], list[str], list[str]]:
+        """Offsets, keys and values of every row's properties, as string2messageProperties reads them."""
+        present = [s for s in self.props if s]
+        joined = "\x02".join(present)
+        segments = joined.count("\x02") + 1 if present else 0
+        flat = joined.replace("\x01", "\x02").split("\x02") if present else []
+        if len(flat) == 2 * segments and "" not in flat:  # one separator a segment, nothing empty: no dropping
+            counts = [s.count("\x02") + 1 if s else 0 for s in self.props]
+            keys, values = flat[0::2], flat[1::2]
+        else:
+            parsed = [string_to_properties(s) for s in self.props]
+            counts = [len(d) for d in parsed]
+            keys = [k for d in parsed for k in d]
+            values = [v for d in parsed for v in d.values()]
+        offsets = [0]
+        for c in counts:
+            offsets.append(offsets[-1] + c)
+        return offsets, keys, values
 
     def to_batch(self, arrow_schema: Any, topic: str, broker: str, queue_id: int) -> Any:
         """The rows so far as an Arrow record batch of ``arrow_schema`` (the source's); then empty."""
@@ -109,10 +126,11 @@ class RecordColumns:
         arrays["topic"] = pa.array([topic] * n, pa.string())
         arrays["broker"] = pa.array([broker] * n, pa.string())
         arrays["queueId"] = pa.array([queue_id] * n, pa.int32())
+        offsets, keys, values = self._property_lists()
         arrays["properties"] = pa.MapArray.from_arrays(
-            pa.array(self.prop_offsets, pa.int32()),
-            pa.array(self.prop_keys, pa.string()),
-            pa.array(self.prop_values, pa.string()),
+            pa.array(offsets, pa.int32()),
+            pa.array(keys, pa.string()),
+            pa.array(values, pa.string()),
             type=arrow_schema.field("properties").type,
         )
         self._clear()
