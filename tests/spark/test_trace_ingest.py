@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from compat_tests.servers import GatewayServers
@@ -21,7 +22,7 @@ from gateway.client import ConsumeStatus, LocalTransactionState, blocking, build
 from gateway.remoting.message import decode_records
 from gateway.remoting.names import TRACE_TOPIC
 from spark import queues as rq
-from spark.trace_ingest import ingest_batch, report
+from spark.trace_ingest import ingest_batch, ingest_stream, report
 from spark.trace_parser import rows
 
 from .conftest import ROOT
@@ -156,30 +157,28 @@ def test_batch_ingest_writes_the_records_and_a_report_that_matches_what_happened
 
 
 def test_streaming_ingest_from_the_command_line_resumes_without_duplicates(
-    servers: GatewayServers, tmp_path: Path
+    spark: Any, servers: GatewayServers, tmp_path: Path
 ) -> None:
+    """The command line's first streaming run, then a restart from its checkpoint (in this process's
+    Spark session, to spare a second JVM) after more traces arrived."""
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "spark.trace_ingest", "--namesrv", servers.namesrv_addr, "--out", str(out),
         "--stream", "--available-now", "--max-records", "2", "--master", "local[2]",
     ]  # fmt: skip
-
-    def run() -> str:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout
-
     traffic(servers, "2")
-    first = run()
-    assert "batch 1:" in first and "trace records:" in first  # more than one micro-batch
-    traffic(servers, "3")
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "batch 1:" in done.stdout and "trace records:" in done.stdout  # more than one micro-batch
+    stored_before = Counter(r["traceType"] for r in pq.read_table(out / "traces").to_pylist())
+    with blocking.Producer("ingest_pg_more", servers.namesrv_addr, enable_msg_trace=True) as producer:
+        for i in range(5):  # new traces after the first run: the restart reads only these
+            producer.send(build_message("TraceIngestB2", b"more %d" % i, keys=f"more-{i}"))
     want = trace_types(servers)
-    second = run()
-    assert "published, never consumed" in second
-
-    import pyarrow.parquet as pq
+    ingest_stream(spark, {"namesrvAddr": servers.namesrv_addr, "topic": TRACE_TOPIC}, out, True, 1)
 
     table = pq.read_table(out / "traces").to_pylist()
     keys = Counter((r["traceMsgId"], r["traceType"], r["msgId"], r["requestId"], r["timestampMs"]) for r in table)
     assert not [k for k, n in keys.items() if n > 1], "duplicate records after the restart"
     assert Counter(r["traceType"] for r in table) == want
+    assert Counter(r["traceType"] for r in table)["Pub"] == stored_before["Pub"] + 5
