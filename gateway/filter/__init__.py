@@ -4,8 +4,7 @@
 knows besides TAG, which the broker matches by tag hash and never compiles.
 """
 
-from .expression import Expression
-from .selector_parser import FilterError, parse
+from .expression import Expression, FilterError
 
 TAG = "TAG"
 SQL92 = "SQL92"
@@ -24,4 +23,6 @@ def compile_expression(expression_type: str, expression: str | None) -> Expressi
         raise FilterError(f"unknown expression type {expression_type}")
     if expression is None:
         raise FilterError("Invalid MessageSelector. the expression is null")
+    from .selector_parser import parse  # the grammar (lark) is loaded by the first SQL92 subscription
+
     return parse(expression)

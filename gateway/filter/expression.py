@@ -15,6 +15,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+
+class FilterError(Exception):
+    """The expression does not compile (Java's MQFilterException); the message says why."""
+
+
 Properties = Mapping[str, str]
 
 

@@ -21,6 +21,7 @@ from .expression import (
     Constant,
     Equal,
     Expression,
+    FilterError,
     JavaLong,
     Negate,
     Not,
@@ -92,10 +93,6 @@ BLOCK_COMMENT.3: /\/\*[^*]*\*+([^*\/][^*]*\*+)*\//
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
 _DOUBLE_MIN = 5e-324  # Double.MIN_VALUE: RocketMQ rejects smaller literals, 0.0 included
-
-
-class FilterError(Exception):
-    """The expression does not compile (Java's MQFilterException); the message says why."""
 
 
 def _boolean(e: Expression) -> Expression:

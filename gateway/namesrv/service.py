@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
@@ -15,8 +15,6 @@ from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTi
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from gateway.controller.config import ControllerConfig
-from gateway.controller.service import ControllerManager
 from gateway.persist import corrupt_state_files
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.dispatch import RequestDispatcher
@@ -27,6 +25,10 @@ from .config import NamesrvConfig
 from .kvconfig import KVConfigManager
 from .processors import DefaultRequestProcessor
 from .routes import RouteInfoManager
+
+if TYPE_CHECKING:
+    from gateway.controller.config import ControllerConfig
+    from gateway.controller.service import ControllerManager
 
 log = Logger()
 
@@ -74,6 +76,10 @@ class NamesrvController(Service):
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self.controller: ControllerManager | None = None
         if config.enableControllerInNamesrv:
+            # Imported here: Raft (PySyncObj) costs memory a NameServer without a controller does not need.
+            from gateway.controller.config import ControllerConfig
+            from gateway.controller.service import ControllerManager
+
             config_ = controller_config or ControllerConfig()
             self.controller = ControllerManager(config_, reactor, self.dispatcher, tls=self.tls)
         self._listening: IListeningPort | None = None
