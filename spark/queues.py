@@ -213,19 +213,25 @@ def read_range(settings: Settings, queue: Queue, start: int, end: int, window: i
     batch, offsets the broker no longer holds) the pulls after it are dropped and reading goes on from
     where it says."""
     addrs = list(queue.addrs)
-    offset = start
+    offset, failures = start, 0
     while offset < end:
-        conn = settings.connect(addrs[0])
+        addr = addrs[0]
+        conn = settings.connect(addr)
         try:
             for body, reached in _pipelined(conn, settings, queue, offset, end, window):
-                offset = reached
+                failures, offset = 0, reached
                 if body:
                     yield body
+            if offset < end and addr != queue.addrs[0]:
+                # A slave behind its master: stopping here would lose what it does not hold yet.
+                behind = f"holds queue {queue.queue_id} up to {offset} of {end}"
+                raise SourceError(f"{addr}, a slave of {queue.broker}, {behind}")
             return
         except OSError:
-            addrs = addrs[1:] + addrs[:1]  # the next replica, from the last offset read
-            if len(addrs) == 1:
+            failures += 1
+            if failures >= len(addrs):  # every replica failed in a row
                 raise
+            addrs = addrs[1:] + addrs[:1]  # the next replica, from the last offset read
         finally:
             conn.close()
 

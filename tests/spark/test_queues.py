@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from compat_tests.secure_servers import ADMIN, acl_servers, pki, tls_context, tls_servers  # noqa: F401
-from compat_tests.servers import GatewayServers, call, create_topic_request
+from compat_tests.servers import GatewayServers, call, create_topic_request, free_port
 from gateway.client import blocking, build_message
 from gateway.config import ConfigError
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -129,3 +129,12 @@ def test_tls_options_reach_an_enforcing_mutual_tls_cluster(
             assert time.monotonic() < deadline
             time.sleep(0.1)
     assert [r[10] for r in got] == [b"secured"]
+
+
+def test_a_queue_whose_replicas_are_all_down_fails_at_once() -> None:
+    settings = rq.Settings.from_options({"namesrvAddr": "127.0.0.1:1", "topic": "T", "timeoutMs": "2000"})
+    dead = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        list(rq.read_range(settings, rq.Queue("broker-x", 0, tuple(dead)), 0, 10))
+    assert time.monotonic() - started < 5
