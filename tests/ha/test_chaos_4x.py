@@ -59,6 +59,9 @@ class Pair:
         }
         self.master = self._broker("master", {**common, "brokerRole": role, "brokerId": "0"})
         until(lambda: self._config(self.master).get("haListenPort"), 30, "the master")
+        # The slave learns its master's address from its own registration's reply (again only 30 s later):
+        # the master must be registered first.
+        until(self._master_registered, 30, "the master registered with the NameServer")
         ha_port = int(self._config(self.master)["haListenPort"])
         self.proxy = TcpProxy(ha_port).start() if proxied else None
         ha_addr = f"127.0.0.1:{self.proxy.port if self.proxy else ha_port}"
@@ -94,6 +97,12 @@ class Pair:
         self.procs.append(proc)
         setattr(self, f"{name}_proc", proc)
         return f"127.0.0.1:{port}"
+
+    def _master_registered(self) -> bool:
+        resp = call(self.namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
+        table = fastjson.loads(resp.body).get("brokerAddrTable", {})
+        addrs = table.get("broker-chaos", {}).get("brokerAddrs", {})
+        return self.master in {str(a) for a in addrs.values()}
 
     @staticmethod
     def _config(addr: str) -> dict[str, str]:
