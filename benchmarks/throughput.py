@@ -642,7 +642,7 @@ def _cpu_line(client: str, client_cores: list[float], broker: float | None, mach
     line = f"{client} {' + '.join(f'{c * 100:.0f}%' for c in client_cores)}, broker "
     line += "n/a" if broker is None else f"{broker * 100:.0f}%"
     if broker is not None and rate > 0:
-        line += f" ({broker * 1e6 / rate:.0f} us CPU/msg)"
+        line += f" ({broker * 1e6 / rate:.0f} us CPU/msg = {broker * 1e4 / rate:.2f} CPU-s per 10k)"
     if machine is not None:
         line += f", machine {machine * ncpu:.2f} of {ncpu} cores busy"
         if broker is not None:
@@ -690,6 +690,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="extra broker.conf line for the servers we start (repeatable)",
     )
     target.add_argument("--broker-pid", type=int, help="pid of an external broker, for its CPU use and --profile")
+    target.add_argument(
+        "--broker-cpus", help="pin the broker (ours, or --broker-pid's, all its threads) to these CPUs, e.g. 0 or 0,1"
+    )
+    target.add_argument("--generator-cpus", help="pin this tool and its generator processes to these CPUs")
     load = p.add_argument_group("load")
     load.add_argument("--topic", default="BenchmarkThroughput")
     load.add_argument(
@@ -746,8 +750,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def parse_cpus(text: str) -> set[int]:
+    """``0,2-3`` as {0, 2, 3}."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` on ``cpus`` (what ``taskset -a -p`` does)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
 def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, target: str) -> dict[str, Any]:
     """Both phases against ``namesrv``; the results dict that --save writes."""
+    if args.generator_cpus:
+        os.sched_setaffinity(0, parse_cpus(args.generator_cpus))  # the generator processes inherit it
+    if args.broker_cpus and broker_pid:
+        pin(broker_pid, parse_cpus(args.broker_cpus))
+        target += f", broker on CPUs {args.broker_cpus}"
     body = bytes((i * 31 + 7) & 0xFF for i in range(args.size))
     builder = SendFrameBuilder(args.topic, "benchmark_producer", args.tag, body, args.queues)
     queues = ensure_topic(namesrv, args.topic, args.queues, args.create, builder)
