@@ -51,6 +51,8 @@ def session(master: str, app: str = "rocketmq-trace-ingest") -> Any:
     from .datasource import RocketMQDataSource
 
     builder = SparkSession.builder.master(master).appName(app).config("spark.ui.showConsoleProgress", "true")
+    if master.startswith("local"):  # a report's joins on one machine: 200 shuffle tasks would be mostly overhead
+        builder = builder.config("spark.sql.shuffle.partitions", "8")
     spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
     spark.dataSource.register(RocketMQDataSource)
     return spark
