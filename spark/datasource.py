@@ -11,8 +11,8 @@ a cluster reads every broker in parallel. Rows come out as Arrow record batches.
 Options: ``namesrvAddr`` and ``topic`` (required); ``startingOffsets`` (default ``earliest``) and
 ``endingOffsets`` (batch only, default ``latest``): ``earliest``, ``latest`` or JSON
 ``{"broker-a": {"0": 10, "1": 0}}`` (-2 earliest, -1 latest; a queue left out takes the default);
-``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group
-the pulls are made as, and whose offsets a streaming query commits after each batch; ``accessKey`` /
+``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group the pulls are made as, whose offsets a
+streaming query commits as Spark commits each batch (when it plans the next one); ``accessKey`` /
 ``secretKey`` (ACL); ``tls.enable`` and the ``tls.client.*`` keys; ``timeoutMs`` per request (10000).
 """
 
