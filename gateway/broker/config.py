@@ -36,6 +36,10 @@ class BrokerConfig:
     rocketmqHome: str = ""
     # PLAIN ACL: plain_acl.yml under rocketmqHome (gateway.acl).
     aclEnable: bool = False
+    # RocketMQ 5's pull exporter: PROM serves /metrics (gateway.broker.metrics); DISABLE (default) serves nothing.
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = ""  # default: bindAddress
+    metricsPromExporterPort: int = 5557
     # {"accessKey": ..., "secretKey": ...}: this broker signs its own requests (a slave's metadata sync, the
     # controller and NameServer links) as AclClientRPCHook does, RocketMQ 5's AuthConfig key. Unset, it does
     # not sign, as 4.9.8: the master must then whitelist its slaves' addresses.

@@ -40,6 +40,7 @@ from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .metrics import MessageCounts, metrics_site
 from .processors.admin import AdminBrokerProcessor
 from .processors.broker_config import BrokerConfigProcessor
 from .processors.client_manage import ClientManageProcessor
@@ -122,6 +123,7 @@ class BrokerController(service.Service):
         # Wrap or replace before startService to serve TLS.
         self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
         self.vip_factory: RemotingServerFactory | None = None
+        self.message_counts = MessageCounts()
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self.acl = BrokerAcl.for_broker(config, system_properties, reactor) if config.aclEnable else None
         if self.acl is not None:
@@ -173,6 +175,7 @@ class BrokerController(service.Service):
         self.ports.append(port)
         self.config.listenPort = port.getHost().port
         self._listen_vip()
+        self._listen_metrics()
         self._start_ha(configured_port)
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
         self.flush_service = FlushService(self.store, self.store_config, self.reactor)
@@ -283,6 +286,18 @@ class BrokerController(service.Service):
             )
         except CannotListenError as e:
             log.warn("VIP channel not available: {error}", error=e)
+
+    def _listen_metrics(self) -> None:
+        """metricsExporterType=PROM: /metrics on metricsPromExporterHost:metricsPromExporterPort."""
+        cfg = self.config
+        if cfg.metricsExporterType.upper() != "PROM":
+            return
+        port = self.reactor.listenTCP(
+            cfg.metricsPromExporterPort, metrics_site(self), interface=cfg.metricsPromExporterHost or cfg.bindAddress
+        )
+        self.ports.append(port)
+        cfg.metricsPromExporterPort = port.getHost().port  # the one chosen when 0 was asked
+        log.info("metrics on http://{host}:{port}/metrics", host=port.getHost().host, port=cfg.metricsPromExporterPort)
 
     def _start_ha(self, configured_port: int) -> None:
         """Listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort); a slave also follows."""
@@ -422,6 +437,7 @@ class BrokerController(service.Service):
     # -- events
 
     def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
+        self.message_counts.stored(topic)
         self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
         if self.ha_service is not None:
             self.ha_service.wakeup()

@@ -44,6 +44,9 @@ FIXED_BLACK_LIST = frozenset(
         "startWithCorruptStateFiles",
         "remotingMaxBufferedBytes",
         "maxOpenMappedFiles",
+        "metricsExporterType",  # the metrics listener, like the remoting one, is made at start-up
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
     }
     | SECRET_KEYS
 )

@@ -181,6 +181,9 @@ class PullMessageProcessor:
             response = request.response(code, _remark(status), ext)  # "FOUND", as Apache says it
             response.body_tail = list(result.buffers)
             broker.stats_get(result.message_count)
+            broker.message_counts.pulled(
+                header.topic, header.consumer_group, result.message_count, result.buffer_total_size
+            )
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = header.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills
             broker.hold_service.suspend(

@@ -1,0 +1,103 @@
+"""RocketMQ 5-style metrics pulled by Prometheus: ``metricsExporterType=PROM`` serves ``/metrics`` on
+``metricsPromExporterHost:metricsPromExporterPort`` (prometheus-client's text format, through twisted.web).
+
+Nothing is counted on the send path: messages in are counted where a stored message is dispatched (one
+dict increment a message), messages out where a pull is answered; everything else (topics, groups,
+connections, storage, consumer lag) is read from the broker's own tables when Prometheus scrapes. Names and
+labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster, node_type, node_id, topic}``...).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.twisted import MetricsResource
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+if TYPE_CHECKING:
+    from .controller import BrokerController
+
+
+class MessageCounts:
+    """Messages and bytes in (per topic) and out (per topic and consumer group) since start."""
+
+    def __init__(self) -> None:
+        self.messages_in: Counter[str] = Counter()
+        self.messages_out: Counter[tuple[str, str]] = Counter()
+        self.bytes_out: Counter[tuple[str, str]] = Counter()
+
+    def stored(self, topic: str) -> None:
+        self.messages_in[topic] += 1
+
+    def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
+        self.messages_out[(topic, group)] += messages
+        self.bytes_out[(topic, group)] += size
+
+
+class BrokerCollector:
+    """A prometheus-client collector reading the broker at scrape time."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        broker, cfg = self.broker, self.broker.config
+        base = {"cluster": cfg.brokerClusterName, "node_type": "broker", "node_id": cfg.brokerName}
+        names, values = list(base), list(base.values())
+        counts = broker.message_counts
+
+        def family(kind: Any, name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
+            return kind(name, doc, labels=[*names, *extra])
+
+        m_in = family(CounterMetricFamily, "rocketmq_messages_in", "Messages stored, by topic", ("topic",))
+        for topic, n in counts.messages_in.items():
+            m_in.add_metric([*values, topic], n)
+        yield m_in
+        labels = ("topic", "consumer_group")
+        m_out = family(CounterMetricFamily, "rocketmq_messages_out", "Messages pulled, by topic and group", labels)
+        b_out = family(CounterMetricFamily, "rocketmq_throughput_out", "Bytes pulled, by topic and group", labels)
+        for (topic, group), n in counts.messages_out.items():
+            m_out.add_metric([*values, topic, group], n)
+            b_out.add_metric([*values, topic, group], counts.bytes_out[(topic, group)])
+        yield m_out
+        yield b_out
+        yield self._gauge(names, values, "rocketmq_topic_number", "Topics", len(broker.topics.table))
+        yield self._gauge(
+            names, values, "rocketmq_consumer_group_number", "Subscription groups", len(broker.groups.table)
+        )
+        producers = sum(len(channels) for channels in broker.producers.table.values())
+        consumers = sum(len(info.channels) for info in broker.consumers.table.values())
+        yield self._gauge(names, values, "rocketmq_producer_connections", "Producer connections", producers)
+        yield self._gauge(names, values, "rocketmq_consumer_connections", "Consumer connections", consumers)
+        cl = broker.store.commit_log
+        yield self._gauge(names, values, "rocketmq_storage_size", "Commitlog bytes held", cl.max_offset - cl.min_offset)
+        behind = cl.max_offset - broker.store.flushed_where
+        yield self._gauge(names, values, "rocketmq_storage_flush_behind_bytes", "Bytes not yet flushed", behind)
+        lag = family(GaugeMetricFamily, "rocketmq_consumer_lag_messages", "Messages not yet consumed", labels)
+        for key, queues in broker.offsets.offset_table.items():
+            topic, _, group = key.partition("@")
+            behind_msgs = sum(
+                max(0, broker.store.get_max_offset_in_queue(topic, queue_id) - offset)
+                for queue_id, offset in queues.items()
+            )
+            lag.add_metric([*values, topic, group], behind_msgs)
+        yield lag
+
+    @staticmethod
+    def _gauge(names: list[str], values: list[str], name: str, doc: str, value: float) -> Any:
+        gauge = GaugeMetricFamily(name, doc, labels=names)
+        gauge.add_metric(values, value)
+        return gauge
+
+
+def metrics_site(broker: BrokerController) -> Site:
+    """A twisted.web site answering ``/metrics`` from a registry of its own."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(broker))
+    root = Resource()
+    root.putChild(b"metrics", MetricsResource(registry=registry))
+    return Site(root)

@@ -1,0 +1,71 @@
+"""metricsExporterType=PROM: /metrics in Prometheus' text format moves with the traffic (RocketMQ 5's names
+and labels), read over HTTP from a real broker."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest_twisted
+from twisted.internet.threads import deferToThread
+
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import UpdateConsumerOffsetRequestHeader
+
+from .conftest import BrokerUnderTest, remoting  # noqa: F401
+from .test_broker_server import create_topic, pull_request, send
+
+
+def _get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+async def scrape(broker: BrokerUnderTest) -> dict[str, float]:
+    """``name{labels}`` -> value of every sample of the broker's /metrics."""
+    assert broker.controller is not None
+    url = f"http://127.0.0.1:{broker.controller.config.metricsPromExporterPort}/metrics"
+    status, text = await deferToThread(_get, url)  # in a thread: the broker answers from this reactor
+    assert status == 200
+    samples = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+(?:\{[^}]*\})?) (\S+)$", line)
+        if m:
+            samples[m.group(1)] = float(m.group(2))
+    return samples
+
+
+def sample(samples: dict[str, float], name: str, **labels: str) -> float:
+    for key, value in samples.items():
+        if key.split("{")[0] == name and all(f'{k}="{v}"' in key for k, v in labels.items()):
+            return value
+    return 0.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_metrics_move_with_sends_pulls_and_commits(tmp_path: Path, remoting) -> None:  # noqa: F811
+    broker = BrokerUnderTest(tmp_path, remoting, metricsExporterType="PROM", metricsPromExporterPort="0")
+    broker.start()
+    try:
+        await create_topic(broker, "Metered", 1)
+        before = await scrape(broker)
+        labels = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a", "topic": "Metered"}
+        assert sample(before, "rocketmq_messages_in_total", **labels) == 0
+        for _ in range(10):
+            assert (await send(broker, "Metered", b"x" * 100, {})).code == ResponseCode.SUCCESS
+        resp = await broker.call(pull_request("Metered", 0, 0, sub="*", group="metered_cg"))
+        assert resp.code == ResponseCode.SUCCESS
+        header = UpdateConsumerOffsetRequestHeader("metered_cg", "Metered", 0, 4).encode()
+        assert (await broker.call(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header))).code == 0
+        after = await scrape(broker)
+        assert sample(after, "rocketmq_messages_in_total", **labels) == 10
+        out = {**labels, "consumer_group": "metered_cg"}
+        assert sample(after, "rocketmq_messages_out_total", **out) == 10
+        assert sample(after, "rocketmq_throughput_out_total", **out) == len(resp.body)
+        assert sample(after, "rocketmq_consumer_lag_messages", **out) == 6
+        assert sample(after, "rocketmq_topic_number") >= 1
+        assert sample(after, "rocketmq_storage_size") > sample(before, "rocketmq_storage_size")
+    finally:
+        await broker.stop()
