@@ -6,7 +6,6 @@ reactor, so the servers run as ``python -m gateway`` and tests talk to them over
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gateway.remoting.codec import FrameDecoder, encode
+from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CreateTopicRequestHeader
@@ -31,22 +30,9 @@ _READY = re.compile(r"rocketmq-gateway ready: namesrv (\S+) broker (\S+)")
 def call(
     addr: str, request: RemotingCommand, timeout: float = 5.0, tls: ssl.SSLContext | None = None
 ) -> RemotingCommand:
-    """One blocking request/response over a fresh socket (TLS when ``tls`` is given)."""
-    host, _, port = addr.rpartition(":")
-    request.opaque = 1
-    with (
-        socket.create_connection((host, int(port)), timeout=timeout) as raw,
-        tls.wrap_socket(raw) if tls is not None else contextlib.nullcontext(raw) as sock,
-    ):
-        sock.sendall(encode(request))
-        decoder = FrameDecoder()
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise ConnectionError(f"{addr} closed the connection")
-            for cmd in decoder.feed(data):
-                if cmd.is_response and cmd.opaque == 1:
-                    return cmd
+    """One blocking request/response over a fresh connection (TLS when ``tls`` is given)."""
+    with BlockingConnection(addr, timeout, tls) as conn:
+        return conn.invoke(request)
 
 
 def jdk_tool(name: str) -> str:

@@ -7,7 +7,9 @@ Offsets are ``{"<brokerName>": {"<queueId>": offset}}`` (JSON keys are strings):
 
 from __future__ import annotations
 
+import functools
 import json
+import ssl
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -81,12 +83,18 @@ class Settings:
 
     def connect(self, addr: str) -> BlockingConnection:
         """A connection to ``addr`` with the TLS and ACL settings of the options."""
-        config = TlsConfig.from_properties(self.tls, "data source options")
-        tls = ssl_client_context(config) if config.tlsEnable else None
+        tls = _ssl_context(tuple(sorted(self.tls.items())))
         sign = None
         if self.access_key and self.secret_key:
             sign = SessionCredentials(self.access_key, self.secret_key).sign
         return BlockingConnection(addr, self.timeout, tls, sign)
+
+
+@functools.lru_cache(maxsize=8)
+def _ssl_context(tls: tuple[tuple[str, str], ...]) -> ssl.SSLContext | None:
+    """The client TLS context of these ``tls.*`` options, made once a process (it reads certificate files)."""
+    config = TlsConfig.from_properties(dict(tls), "data source options")
+    return ssl_client_context(config) if config.tlsEnable else None
 
 
 @dataclass(frozen=True)

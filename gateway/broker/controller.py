@@ -437,7 +437,6 @@ class BrokerController(service.Service):
     # -- events
 
     def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
-        self.message_counts.stored(topic)
         self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
         if self.ha_service is not None:
             self.ha_service.wakeup()

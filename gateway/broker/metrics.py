@@ -1,9 +1,10 @@
 """RocketMQ 5-style metrics pulled by Prometheus: ``metricsExporterType=PROM`` serves ``/metrics`` on
 ``metricsPromExporterHost:metricsPromExporterPort`` (prometheus-client's text format, through twisted.web).
 
-Nothing is counted on the send path: messages in are counted where a stored message is dispatched (one
-dict increment a message), messages out where a pull is answered; everything else (topics, groups,
-connections, storage, consumer lag) is read from the broker's own tables when Prometheus scrapes. Names and
+Nothing is counted on the send path: messages in are the consume queues' ends (every message a topic ever
+stored, so the counter survives restarts), messages out are counted where a pull is answered; everything
+else (topics, groups, connections, storage, consumer lag) is read from the broker's own tables when
+Prometheus scrapes. Names and
 labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster, node_type, node_id, topic}``...).
 """
 
@@ -23,15 +24,11 @@ if TYPE_CHECKING:
 
 
 class MessageCounts:
-    """Messages and bytes in (per topic) and out (per topic and consumer group) since start."""
+    """Messages and bytes pulled, per topic and consumer group, since start."""
 
     def __init__(self) -> None:
-        self.messages_in: Counter[str] = Counter()
         self.messages_out: Counter[tuple[str, str]] = Counter()
         self.bytes_out: Counter[tuple[str, str]] = Counter()
-
-    def stored(self, topic: str) -> None:
-        self.messages_in[topic] += 1
 
     def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
         self.messages_out[(topic, group)] += messages
@@ -53,8 +50,11 @@ class BrokerCollector:
         def family(kind: Any, name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
             return kind(name, doc, labels=[*names, *extra])
 
+        stored: Counter[str] = Counter()
+        for (topic, _), cq in list(broker.store.consume_queue_table.items()):
+            stored[topic] += cq.max_offset_in_queue
         m_in = family(CounterMetricFamily, "rocketmq_messages_in", "Messages stored, by topic", ("topic",))
-        for topic, n in counts.messages_in.items():
+        for topic, n in stored.items():
             m_in.add_metric([*values, topic], n)
         yield m_in
         labels = ("topic", "consumer_group")

@@ -149,7 +149,7 @@ class SendTraceHook:
         return TraceContext(TraceType.Pub, now_ms(), self.group, beans=[bean])
 
     def after(self, ctx: TraceContext | None, result: SendResult) -> None:
-        if ctx is None or not result.trace_on or result.region_id is None:
+        if ctx is None or not result.trace_on:
             return
         bean = ctx.beans[0]
         ctx.cost_time = now_ms() - ctx.timestamp
