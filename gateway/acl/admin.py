@@ -160,3 +160,22 @@ def _plain(value: object) -> object:
     if isinstance(value, list):
         return [str(v) for v in value]
     return str(value)
+
+
+_ACL_OFF = "ACL is not enabled on this broker (aclEnable=false)"
+
+
+def acl_disabled_handlers() -> dict[int, Any]:
+    """The ACL admin codes on a broker without ACL. Apache 4.9.8 answers them with their *_FAILED codes (and
+    a null remark, from a NullPointerException), and GET_BROKER_CLUSTER_ACL_INFO not at all; here each gets
+    its failure code and says why at once."""
+
+    def refuse(code: int) -> Any:
+        return lambda _channel, request: request.response(code, _ACL_OFF)
+
+    return {
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: refuse(ResponseCode.UPDATE_AND_CREATE_ACL_CONFIG_FAILED),
+        RequestCode.DELETE_ACL_CONFIG: refuse(ResponseCode.DELETE_ACL_CONFIG_FAILED),
+        RequestCode.GET_BROKER_CLUSTER_ACL_INFO: refuse(ResponseCode.SYSTEM_ERROR),
+        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: refuse(ResponseCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED),
+    }

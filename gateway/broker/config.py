@@ -79,6 +79,11 @@ class BrokerConfig:
     offsetCheckInSlave: bool = False
     fetchNamesrvAddrByAddressServer: bool = False
     startAcceptSendRequestTimeStamp: int = 0
+    # Java's thread pool queues; here only reported (brokerStatus): one reactor thread queues nothing.
+    sendThreadPoolQueueCapacity: int = 10000
+    pullThreadPoolQueueCapacity: int = 100000
+    queryThreadPoolQueueCapacity: int = 20000
+    endTransactionPoolQueueCapacity: int = 100000
     # Ours (Apache has no limit): the most read or write queues a topic or a group's retry topic may have,
     # so one admin request cannot make every later request on that topic walk millions of queues.
     maxTopicQueueNums: int = 1024

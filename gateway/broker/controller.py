@@ -15,6 +15,7 @@ from twisted.internet import defer, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
+from gateway.acl.admin import acl_disabled_handlers
 from gateway.acl.broker_acl import BrokerAcl
 from gateway.persist import StateFileError, corrupt_state_files
 from gateway.remoting.bodies import TopicConfig
@@ -40,9 +41,11 @@ from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
-from .metrics import MessageCounts, metrics_site
+from .metrics import metrics_site
 from .processors.admin import AdminBrokerProcessor
+from .processors.admin_stats import AdminStatsProcessor
 from .processors.broker_config import BrokerConfigProcessor
+from .processors.broker_to_client import BrokerToClientProcessor
 from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
 from .processors.end_transaction import EndTransactionProcessor
@@ -56,6 +59,7 @@ from .registration import BrokerRegistration
 from .replicas import ReplicasManager
 from .schedule import DELIVER_INTERVAL, ScheduleMessageService
 from .slave_sync import SlaveSynchronize
+from .stats import SAMPLE_SECONDS, BrokerStatsManager, MessageCounts
 from .timer import TimerMessageService
 from .transaction.service import TransactionalMessageService
 
@@ -114,6 +118,8 @@ class BrokerController(service.Service):
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),
             AdminBrokerProcessor(self),
+            AdminStatsProcessor(self),
+            BrokerToClientProcessor(self),
             LockBatchProcessor(self),
             BrokerConfigProcessor(self),
             QueryMessageProcessor(self),
@@ -124,10 +130,13 @@ class BrokerController(service.Service):
         self.factory = RemotingServerFactory(self.dispatcher, budget=MemoryBudget(config.remotingMaxBufferedBytes))
         self.vip_factory: RemotingServerFactory | None = None
         self.message_counts = MessageCounts()
+        self.stats = BrokerStatsManager(self.message_counts, config.brokerClusterName, reactor)
         self.tls = TlsServer.from_system_properties(system_properties, reactor)
         self.acl = BrokerAcl.for_broker(config, system_properties, reactor) if config.aclEnable else None
         if self.acl is not None:
             self.acl.install(self.dispatcher)
+        else:
+            self.dispatcher.register_all(acl_disabled_handlers())
         self.namesrv_client = self.outer_client()
         self.registration = BrokerRegistration(self, self.namesrv_client)
         self.slave_sync = SlaveSynchronize(self)
@@ -193,6 +202,7 @@ class BrokerController(service.Service):
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
+        self._every(SAMPLE_SECONDS, self.stats.sample, now=True)
         self._every(60.0, self._log_slave_fall_behind, now=False)
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
@@ -389,8 +399,9 @@ class BrokerController(service.Service):
             host = channel.attributes["born_host"] = pack_host(channel.peer_host or "127.0.0.1", channel.peer_port)
         return host
 
-    def stats_put(self, n: int) -> None:
+    def stats_put(self, topic: str, n: int, size: int) -> None:
         self.put_total += n
+        self.message_counts.put(topic, n, size)
 
     def stats_get(self, n: int) -> None:
         self.get_total += n

@@ -300,6 +300,13 @@ class ConsumerOffsetManager:
             return -1
         return table.get(queue_id, -1)
 
+    def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
+        """Give ``dest_group`` a copy of ``src_group``'s offsets on ``topic`` (cloneOffset)."""
+        table = self.offset_table.get(f"{topic}@{src_group}")
+        if table is not None:
+            self.offset_table[f"{topic}@{dest_group}"] = dict(table)
+            self._dirty = True
+
     def topics_of_group(self, group: str) -> set[str]:
         return {k.rsplit("@", 1)[0] for k in self.offset_table if k.rsplit("@", 1)[1] == group}
 

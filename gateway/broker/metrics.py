@@ -1,11 +1,11 @@
 """RocketMQ 5-style metrics pulled by Prometheus: ``metricsExporterType=PROM`` serves ``/metrics`` on
 ``metricsPromExporterHost:metricsPromExporterPort`` (prometheus-client's text format, through twisted.web).
 
-Nothing is counted on the send path: messages in are the consume queues' ends (every message a topic ever
-stored, so the counter survives restarts), messages out are counted where a pull is answered; everything
-else (topics, groups, connections, storage, consumer lag) is read from the broker's own tables when
-Prometheus scrapes. Names and
-labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster, node_type, node_id, topic}``...).
+Messages in are the consume queues' ends (every message a topic ever stored, so the counter survives
+restarts); bytes in and messages and bytes out are the counters the send and pull paths keep for the 4.x
+stats (``stats.MessageCounts``); everything else (topics, groups, connections, storage, consumer lag) is
+read from the broker's own tables when Prometheus scrapes. Names and labels are RocketMQ 5's
+(``rocketmq_messages_in_total{cluster, node_type, node_id, topic}``...).
 """
 
 from __future__ import annotations
@@ -21,18 +21,6 @@ from twisted.web.server import Site
 
 if TYPE_CHECKING:
     from .controller import BrokerController
-
-
-class MessageCounts:
-    """Messages and bytes pulled, per topic and consumer group, since start."""
-
-    def __init__(self) -> None:
-        self.messages_out: Counter[tuple[str, str]] = Counter()
-        self.bytes_out: Counter[tuple[str, str]] = Counter()
-
-    def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
-        self.messages_out[(topic, group)] += messages
-        self.bytes_out[(topic, group)] += size
 
 
 class BrokerCollector:
@@ -57,6 +45,10 @@ class BrokerCollector:
         for topic, n in stored.items():
             m_in.add_metric([*values, topic], n)
         yield m_in
+        b_in = family(CounterMetricFamily, "rocketmq_throughput_in", "Bytes stored since start, by topic", ("topic",))
+        for topic, size in counts.bytes_in.items():
+            b_in.add_metric([*values, topic], size)
+        yield b_in
         labels = ("topic", "consumer_group")
         m_out = family(CounterMetricFamily, "rocketmq_messages_out", "Messages pulled, by topic and group", labels)
         b_out = family(CounterMetricFamily, "rocketmq_throughput_out", "Bytes pulled, by topic and group", labels)

@@ -20,12 +20,19 @@ from twisted.internet.defer import Deferred, DeferredList, maybeDeferred
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.remoting import fastjson
 from gateway.remoting.bodies import ConsumerData, HeartbeatData, MessageQueue, ProducerData, TopicRouteData
 from gateway.remoting.client import RemotingClient
-from gateway.remoting.codes import RequestCode
+from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
-from gateway.remoting.headers import CheckTransactionStateRequestHeader, ConsumerGroupRequestHeader
+from gateway.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    ConsumerGroupRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetConsumerStatusRequestHeader,
+    ResetOffsetRequestHeader,
+)
 from gateway.remoting.message import MessageConst, MessageExt, RecordError, decode_record
 
 from .api import MQClientAPI
@@ -104,6 +111,9 @@ class ClientInstance:
         dispatcher = RequestDispatcher()
         dispatcher.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._consumer_ids_changed)
         dispatcher.register(RequestCode.CHECK_TRANSACTION_STATE, self._check_transaction_state)
+        dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._get_consumer_running_info)
+        dispatcher.register(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._get_consumer_status)
+        dispatcher.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._reset_offset)
         self.remoting = RemotingClient(reactor, dispatcher)
         if security is not None:
             security.install(self.remoting)
@@ -321,6 +331,43 @@ class ClientInstance:
             log.warn("transaction check for group {group}, which has no producer here", group=group)
             return
         producer.check_transaction_state(channel, msg, header)
+
+    def _push_consumer(self, group: str) -> Any:
+        consumer = self.consumers.get(group)
+        return consumer if hasattr(consumer, "running_info") else None
+
+    def _get_consumer_running_info(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """mqadmin consumerStatus through the broker: this member's ConsumerRunningInfo."""
+        group = GetConsumerRunningInfoRequestHeader.decode(request.ext_fields).consumer_group
+        consumer = self._push_consumer(group)
+        if consumer is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
+        return request.response(body=fastjson.dumps(consumer.running_info()))
+
+    def _get_consumer_status(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        header = GetConsumerStatusRequestHeader.decode(request.ext_fields)
+        consumer = self._push_consumer(header.group)
+        table = consumer.consumer_status(header.topic) if consumer is not None else {}
+        return request.response(body=fastjson.dumps({"messageQueueTable": table}))
+
+    def _reset_offset(self, channel: Any, request: RemotingCommand) -> None:
+        """A broker moves this member's offsets (mqadmin resetOffsetByTime): a ResetOffsetBody map."""
+        header = ResetOffsetRequestHeader.decode(request.ext_fields)
+        consumer = self._push_consumer(header.group)
+        if consumer is None:
+            return
+        try:
+            raw = fastjson.loads(request.body).get("offsetTable") or {}
+            offsets = {MessageQueue.from_json(dict(k)): int(v) for k, v in raw.items()}
+        except (ValueError, TypeError, AttributeError) as e:
+            log.warn("bad RESET_CONSUMER_CLIENT_OFFSET body from {peer}: {error}", peer=channel.peer, error=e)
+            return
+        log.info(
+            "reset offsets of {group} on {topic}: {n} queue(s)", group=header.group, topic=header.topic, n=len(offsets)
+        )
+        call_logged(consumer.reset_offset, header.topic, offsets)
 
 
 def _master_first(addrs: dict[int, str] | None) -> str | None:

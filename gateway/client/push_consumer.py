@@ -133,6 +133,7 @@ class PushConsumer(MQAdmin):
         self.listener: MessageListener | MessageListenerOrderly | None = None
         self.orderly: ConsumeMessageOrderlyService | None = None
         self.stopping = False
+        self._start_timestamp = 0
         self._pull_api = PullAPIWrapper(self.client, group)
         self._consume_slots = DeferredSemaphore(consume_concurrency)
         self._consuming: set[Deferred[None]] = set()
@@ -167,6 +168,68 @@ class PushConsumer(MQAdmin):
         """The queues this member pulls right now."""
         return set(self.rebalance.process_queue_table)
 
+    # -- admin requests a broker forwards (ClientRemotingProcessor)
+
+    def running_info(self) -> dict[str, Any]:
+        """ConsumerRunningInfo, as mqadmin consumerStatus shows it."""
+        now_ms = int(time.time() * 1000)
+        mq_table = {}
+        for mq, pq in sorted(self.rebalance.process_queue_table.items()):
+            held = sorted(pq.msgs)
+            mq_table[mq] = {
+                "cachedMsgCount": pq.msg_count,
+                "cachedMsgMaxOffset": held[-1] if held else 0,
+                "cachedMsgMinOffset": held[0] if held else 0,
+                "cachedMsgSizeInMiB": pq.msg_size // (1024 * 1024),
+                "commitOffset": self.offset_store.read_offset(mq),
+                "droped": pq.dropped,
+                "lastConsumeTimestamp": now_ms,
+                "lastLockTimestamp": int(pq.last_lock_timestamp * 1000),
+                "lastPullTimestamp": now_ms,
+                "locked": pq.locked,
+                "transactionMsgCount": 0,
+                "transactionMsgMaxOffset": 0,
+                "transactionMsgMinOffset": 0,
+                "tryUnlockTimes": 0,
+            }
+        properties = {
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.name,
+            "consumeFromWhere": self.consume_from_where.name,
+            "pullBatchSize": str(self.pull_batch_size),
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "PROP_CONSUMEORDERLY": "true" if self.orderly is not None else "false",
+            "PROP_CONSUME_TYPE": "CONSUME_PASSIVELY",
+            "PROP_CLIENT_VERSION": "V4_9_8",
+            "PROP_NAMESERVER_ADDR": ";".join(self.client.api.namesrv_addrs),
+            "PROP_CONSUMER_START_TIMESTAMP": str(self._start_timestamp),
+        }
+        return {
+            "mqTable": mq_table,
+            "properties": properties,
+            "statusTable": {},
+            "subscriptionSet": sorted(self.rebalance.subscription_inner.values(), key=lambda s: s.topic),
+        }
+
+    def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
+        """The offsets this member holds for ``topic`` (GET_CONSUMER_STATUS_FROM_CLIENT)."""
+        return {mq: self.offset_store.read_offset(mq) for mq in self.rebalance.process_queue_table if mq.topic == topic}
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Start ``topic``'s queues again from ``offsets`` (RESET_CONSUMER_CLIENT_OFFSET): their process queues
+        are dropped (in-flight results no longer commit), the offsets stored, and the queues taken again."""
+        table = self.rebalance.process_queue_table
+        for mq, offset in offsets.items():
+            if mq.topic != topic:
+                continue
+            pq = table.pop(mq, None)
+            if pq is not None:
+                pq.dropped = True
+            self.offset_store.update_offset(mq, offset, increase_only=False)
+            await self.offset_store.persist(mq)
+        await self.rebalance.do_rebalance()
+
     # -- lifecycle
 
     def start(self) -> Deferred[None]:
@@ -179,6 +242,7 @@ class PushConsumer(MQAdmin):
             retry = retry_topic(self.group)
             self.rebalance.subscription_inner[retry] = SubscriptionData.build(retry, SubscriptionData.SUB_ALL)
         self.offset_store.load()
+        self._start_timestamp = int(time.time() * 1000)
         self.client.register_consumer(self)
 
         async def start() -> None:

@@ -363,6 +363,90 @@ class GetConsumeStatsRequestHeader(CommandHeader):
     topic: str | None = wire("topic", Topic)
 
 
+@dataclass(slots=True)
+class ResetOffsetRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET (admin to broker) and RESET_CONSUMER_CLIENT_OFFSET (broker to client)."""
+
+    topic: str = wire("topic", Topic, required=True)
+    group: str = wire("group", Group, required=True)
+    timestamp: int = wire("timestamp", int, required=True)
+    is_force: bool = wire("isForce", bool, default=False)
+
+
+@dataclass(slots=True)
+class GetConsumerStatusRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_GET_CONSUMER_STATUS and GET_CONSUMER_STATUS_FROM_CLIENT."""
+
+    topic: str = wire("topic", Topic, required=True)
+    group: str = wire("group", Group, required=True)
+    client_addr: str | None = wire("clientAddr")
+
+
+@dataclass(slots=True)
+class QueryConsumeTimeSpanRequestHeader(CommandHeader):
+    topic: str = wire("topic", Topic, required=True)
+    group: str = wire("group", Group, required=True)
+
+
+@dataclass(slots=True)
+class GetConsumerRunningInfoRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    client_id: str = wire("clientId", required=True)
+    jstack_enable: bool = wire("jstackEnable", bool, default=False)
+
+
+@dataclass(slots=True)
+class ConsumeMessageDirectlyResultRequestHeader(CommandHeader):
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    client_id: str | None = wire("clientId")
+    msg_id: str | None = wire("msgId")
+    broker_name: str | None = wire("brokerName")
+
+
+@dataclass(slots=True)
+class QueryCorrectionOffsetHeader(CommandHeader):
+    """QUERY_CORRECTION_OFFSET: ``filterGroups`` is a comma-separated list of groups to leave out."""
+
+    compare_group: str = wire("compareGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    filter_groups: str | None = wire("filterGroups")
+
+
+@dataclass(slots=True)
+class CloneGroupOffsetRequestHeader(CommandHeader):
+    src_group: str = wire("srcGroup", Group, required=True)
+    dest_group: str = wire("destGroup", Group, required=True)
+    topic: str | None = wire("topic", Topic)
+    offline: bool = wire("offline", bool, default=False)
+
+
+@dataclass(slots=True)
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    stats_name: str = wire("statsName", required=True)
+    stats_key: str = wire("statsKey", required=True)
+
+
+@dataclass(slots=True)
+class GetConsumeStatsInBrokerHeader(CommandHeader):
+    """GET_BROKER_CONSUME_STATS."""
+
+    is_order: bool = wire("isOrder", bool, required=True)
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(CommandHeader):
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    index: int = wire("index", int, required=True)
+    count: int = wire("count", int, required=True)
+    consumer_group: str | None = wire("consumerGroup", Group)
+
+
+@dataclass(slots=True)
+class ResumeCheckHalfMessageRequestHeader(CommandHeader):
+    msg_id: str | None = wire("msgId")
+
+
 # ---------------------------------------------------------------------------- name server
 
 

@@ -68,6 +68,10 @@ def is_it_time_to_do(when: str, hour: int) -> bool:
     return False
 
 
+# Java's MAX_MANUAL_DELETE_FILE_TIMES.
+_MANUAL_DELETE_ROUNDS = 20
+
+
 class CleanCommitLogService:
     """Decides which commitlog segments go, and whether the store may still write.
 
@@ -85,6 +89,8 @@ class CleanCommitLogService:
         self.disk_used_ratio = disk_used_ratio
         self.clock = clock
         self.clean_immediately = False
+        # Rounds left that delete expired files whatever the hour (executeDeleteFilesManually).
+        self.manual_delete_rounds = 0
 
     def is_space_to_delete(self) -> bool:
         """Probe the commitlog's and the consume queues' partitions; update the store's disk-full flag and
@@ -109,8 +115,11 @@ class CleanCommitLogService:
         """Detach the segments this round deletes (``deleteExpiredFiles``)."""
         config = self.store.config
         space_full = self.is_space_to_delete()
-        if not (self.is_time_to_delete() or space_full):
+        manual = self.manual_delete_rounds > 0
+        if not (self.is_time_to_delete() or space_full or manual):
             return []
+        if manual:
+            self.manual_delete_rounds -= 1
         clean_at_once = config.cleanFileForciblyEnable and self.clean_immediately
         queue = self.store.commit_log.queue
         files = queue.delete_expired_file_by_time(
@@ -202,6 +211,12 @@ class CleanService:
             yield self._round
         if self._own_pool:
             self.pool.stop()
+
+    def execute_delete_files_manually(self) -> defer.Deferred[None]:
+        """Make the next rounds delete expired commitlog files at any hour (mqadmin deleteExpiredCommitLog);
+        one round starts now."""
+        self.commit_log.manual_delete_rounds = _MANUAL_DELETE_ROUNDS
+        return self.run()
 
     def run(self) -> defer.Deferred[None]:
         """One round; fires when its files are deleted.  A round still deleting makes this one a no-op."""

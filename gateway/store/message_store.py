@@ -654,6 +654,16 @@ class DefaultMessageStore:
             os.rmdir(topic_dir)
         return len(keys)
 
+    def clean_expired_consume_queues(self) -> int:
+        """Delete the consume queues whose every unit points below the commitlog's start
+        (cleanExpiredConsumerQueue); returns how many went."""
+        min_offset = self.get_min_phy_offset()
+        expired = [key for key, cq in self.consume_queue_table.items() if 0 <= cq.max_physic_offset < min_offset]
+        for key in expired:
+            self.consume_queue_table.pop(key).destroy()
+            self.commit_log.topic_queue_table.pop(key, None)
+        return len(expired)
+
     def delete_topics(self, topics: Iterable[str]) -> int:
         """Delete the consume queues of ``topics``; returns how many queues went.  Their records stay in the
         commitlog until it is cleaned.  StorePathError, before anything is deleted, if a topic is not a plain

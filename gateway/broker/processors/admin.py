@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import shutil
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Cooperator
+from twisted.logger import Logger
 
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import KVTable, MessageQueue, SubscriptionGroupConfig, TopicConfig, TopicList
@@ -22,17 +25,31 @@ from gateway.remoting.headers import (
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
     ProducerGroupRequestHeader,
+    ResumeCheckHalfMessageRequestHeader,
     SearchOffsetRequestHeader,
     TopicQueueRequestHeader,
     TopicRequestHeader,
     ext_value,
 )
-from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, REPLY_TOPIC_POSTFIX, is_system_topic
+from gateway.remoting.message import MessageConst, decode_offset_message_id
+from gateway.remoting.names import (
+    REPLY_TOPIC_POSTFIX,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPICS,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    is_system_topic,
+)
+
+from ..inner import inner_from_ext, look_message
+from ..stats import GROUP_GET_NUMS
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
 
     from ..controller import BrokerController
+
+log = Logger()
 
 _PERM_ALL = PermName.PERM_PRIORITY | PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT
 # How long heavy admin work may hold the reactor before other connections get their turn.
@@ -72,6 +89,10 @@ class AdminBrokerProcessor:
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.query_topic_consume_by_who,
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: self.get_system_topic_list,
+            RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE: self.clean_expired_consume_queue,
+            RequestCode.DELETE_EXPIRED_COMMITLOG: self.delete_expired_commit_log,
+            RequestCode.CLEAN_UNUSED_TOPIC: self.clean_unused_topic,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self.resume_check_half_message,
         }
 
     # -- topics
@@ -137,8 +158,63 @@ class AdminBrokerProcessor:
         return request.response(ext_fields={}, body=fastjson.dumps(self.broker.topics.wrapper()))
 
     def get_system_topic_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
-        topics = sorted(t for t in self.broker.topics.table if t in NOT_ALLOWED_SEND_TOPICS)
-        return request.response(body=fastjson.dumps(TopicList(topics)))
+        """TopicValidator's system topic set, whether or not this broker has them."""
+        return request.response(body=fastjson.dumps(TopicList(sorted(SYSTEM_TOPICS))))
+
+    # -- store maintenance (mqadmin cleanExpiredCQ, deleteExpiredCommitLog, cleanUnusedTopic)
+
+    def clean_expired_consume_queue(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        log.warn("invoke cleanExpiredConsumeQueue start.")
+        gone = self.broker.store.clean_expired_consume_queues()
+        log.warn("invoke cleanExpiredConsumeQueue end: {n} queue(s) deleted.", n=gone)
+        return request.response(ResponseCode.SUCCESS)
+
+    def delete_expired_commit_log(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """Delete expired commitlog files at the next cleaning rounds, whatever ``deleteWhen`` says."""
+        log.warn("invoke deleteExpiredCommitLog start.")
+        clean = self.broker.clean_service
+        if clean is not None:
+            clean.execute_delete_files_manually()
+        log.warn("invoke deleteExpiredCommitLog end.")
+        return request.response(ResponseCode.SUCCESS)
+
+    def clean_unused_topic(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """Delete the consume queues of topics this broker no longer has (the delay and op-half queues kept)."""
+        log.warn("invoke cleanUnusedTopic start.")
+        store = self.broker.store
+        keep = set(self.broker.topics.table) | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC}
+        unused = {topic for topic, _ in store.consume_queue_table if topic not in keep}
+        gone = store.delete_topics(unused)
+        log.warn("invoke cleanUnusedTopic end: {n} queue(s) of {t} topic(s) deleted.", n=gone, t=len(unused))
+        return request.response(ResponseCode.SUCCESS)
+
+    # -- transactions
+
+    def resume_check_half_message(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """Put a half message (by offsetMsgId) back with its check count at 0, so the broker checks it again
+        (mqadmin resumeCheckHalfMessage)."""
+        h = ResumeCheckHalfMessageRequestHeader.decode(request.ext_fields)
+        try:
+            _, offset = decode_offset_message_id(h.msg_id or "")
+        except ValueError:
+            ext = None
+        else:
+            ext = look_message(self.broker.store, offset)
+        if ext is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, "Exception was thrown when putting message back to RMQ_SYS_TRANS_HALF_TOPIC."
+            )
+        props = dict(ext.properties)
+        props[MessageConst.TRANSACTION_CHECK_TIMES] = "0"
+        result = self.broker.store.put_message(inner_from_ext(ext, TRANS_HALF_TOPIC, 0, props))
+        if not result.ok:
+            log.error("Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
+            return request.response(ResponseCode.SYSTEM_ERROR, "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
+        log.info(
+            "Put message back to RMQ_SYS_TRANS_HALF_TOPIC. real topic={topic}",
+            topic=props.get(MessageConst.REAL_TOPIC),
+        )
+        return request.response(ResponseCode.SUCCESS)
 
     # -- queue offsets
 
@@ -180,9 +256,17 @@ class AdminBrokerProcessor:
     def get_broker_runtime_info(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker
         store = broker.store
+        cfg = broker.config
         uptime = int(time.time() * 1000) - broker.boot_timestamp
         tps = f"{broker.put_tps():.2f} {broker.put_tps():.2f} {broker.put_tps():.2f}"
         get_tps = f"{broker.get_tps():.2f} {broker.get_tps():.2f} {broker.get_tps():.2f}"
+        counts = broker.message_counts
+        put_size = sum(counts.bytes_in.values())
+        put_times = sum(counts.puts.values())
+        root = broker.store_config.storePathRootDir
+        usage = shutil.disk_usage(root)
+        disk_ratio = f"{broker.disk_ratio()}"
+        flush_behind = store.get_max_phy_offset() - store.flushed_where
         table = {
             "brokerVersionDesc": "V4_9_8",
             "brokerVersion": str(SERVER_VERSION),
@@ -193,29 +277,54 @@ class AdminBrokerProcessor:
             "msgGetTotalTodayMorning": "0",
             "msgGetTotalTodayNow": str(broker.get_total),
             "putTps": tps,
+            "getFoundTps": get_tps,
+            "getMissTps": "0.00 0.00 0.00",
+            "getTotalTps": get_tps,
             "getTransferedTps": get_tps,
+            # One reactor thread: requests never queue behind a pool.
             "sendThreadPoolQueueSize": "0",
-            "sendThreadPoolQueueCapacity": "10000",
+            "sendThreadPoolQueueCapacity": str(cfg.sendThreadPoolQueueCapacity),
             "pullThreadPoolQueueSize": "0",
-            "pullThreadPoolQueueCapacity": "100000",
+            "pullThreadPoolQueueCapacity": str(cfg.pullThreadPoolQueueCapacity),
+            "queryThreadPoolQueueSize": "0",
+            "queryThreadPoolQueueCapacity": str(cfg.queryThreadPoolQueueCapacity),
+            "EndTransactionQueueSize": "0",
+            "EndTransactionThreadPoolQueueCapacity": str(cfg.endTransactionPoolQueueCapacity),
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
             "pageCacheLockTimeMills": "0",
             "earliestMessageTimeStamp": str(broker.earliest_message_time()),
-            "commitLogDiskRatio": f"{broker.disk_ratio():.4f}",
-            "consumeQueueDiskRatio": f"{broker.disk_ratio():.4f}",
+            "startAcceptSendRequestTimeStamp": str(cfg.startAcceptSendRequestTimeStamp),
+            f"commitLogDiskRatio_{broker.store_config.commit_log_path}": disk_ratio,
+            "commitLogDiskRatio": disk_ratio,
+            "consumeQueueDiskRatio": disk_ratio,
             "commitLogMinOffset": str(store.get_min_phy_offset()),
             "commitLogMaxOffset": str(store.get_max_phy_offset()),
+            "commitLogDirCapacity": f"Total : {_human_bytes(usage.total)}, Free : {_human_bytes(usage.free)}.",
+            "remainTransientStoreBufferNumbs": str(2**31 - 1),  # Integer.MAX_VALUE: no transient store pool
+            "remainHowManyDataToFlush": _human_bytes(max(flush_behind, 0)),
             "dispatchBehindBytes": "0",
+            "dispatchMaxBuffer": "0",
             "bootTimestamp": str(broker.boot_timestamp),
             "runtime": f"[ {uptime // 86400000} days, {uptime // 3600000 % 24} hours, "
             f"{uptime // 60000 % 60} minutes, {uptime // 1000 % 60} seconds ]",
-            "putMessageAverageSize": "0.0",
-            "putMessageSizeTotal": "0",
-            "putMessageTimesTotal": str(broker.put_total),
+            "putMessageAverageSize": str(put_size / max(put_times, 1)),
+            "putMessageSizeTotal": str(put_size),
+            "putMessageTimesTotal": str(max(put_times, 1)),
+            "putMessageFailedTimes": "0",
+            "putMessageEntireTimeMax": "0",
+            "getMessageEntireTimeMax": "0",
+            "putMessageDistributeTime": "[<=0ms]:0 [0~10ms]:0 [10~50ms]:0 [50~100ms]:0 [100~200ms]:0 "
+            "[200~500ms]:0 [500ms~1s]:0 [1~2s]:0 [2~3s]:0 [3~4s]:0 [4~5s]:0 [5~10s]:0 [10s~]:0 ",
+            "putLatency99": "0.00",
+            "putLatency999": "0.00",
             "totalMemKBytes": "0",
             "brokerActive": "true",
         }
+        for level, offset in sorted(broker.schedule.offset_table.items()):
+            end = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            table[f"scheduleMessageOffset_{level}"] = f"{offset},{end}"
         return request.response(body=fastjson.dumps(KVTable(table)))
 
     def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
@@ -259,7 +368,8 @@ class AdminBrokerProcessor:
                     mq = MessageQueue(topic, broker.config.brokerName, qid)
                     yield mq, {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
 
-        return self._offset_table(request, b'"consumeTps":0.0,', rows())
+        tps = sum(broker.stats.tps(GROUP_GET_NUMS, f"{topic}@{h.consumer_group}") for topic in topics)
+        return self._offset_table(request, b'"consumeTps":%s,' % orjson.dumps(float(tps)), rows())
 
     def _offset_table(
         self, request: RemotingCommand, head: bytes, rows: Iterator[tuple[MessageQueue, dict[str, int]]]
@@ -353,6 +463,14 @@ class AdminBrokerProcessor:
 def _success_when(written: Deferred[None], request: RemotingCommand) -> Deferred[RemotingCommand]:
     """SUCCESS once a config change is on disk: Apache answers these admin requests after persisting."""
     return written.addCallback(lambda _: request.response(ResponseCode.SUCCESS))
+
+
+def _human_bytes(n: int) -> str:
+    """MixAll.humanReadableByteCount(n, false): binary units, one decimal."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
 def _connection(info: Any) -> dict[str, Any]:

@@ -236,7 +236,7 @@ class SendMessageProcessor:
                 store_host=broker.store_host,
                 reconsume_times=header.reconsume_times or 0,
             )
-            return self._respond(request, broker.store.put_message(msg), msg.queue_id, ext, raw)
+            return self._respond(request, broker.store.put_message(msg), topic, msg.queue_id, ext, raw)
         props = string_to_properties(raw)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             routed = self._retry_to_dlq(header, request, props)
@@ -273,7 +273,7 @@ class SendMessageProcessor:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
         # The answer names the requested queue even when the message is parked in a system queue.
-        return self._respond(request, result, queue_id, ext, header.properties)
+        return self._respond(request, result, msg.topic, queue_id, ext, header.properties)
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
@@ -369,12 +369,13 @@ class SendMessageProcessor:
                 )
             )
         result = broker.store.put_messages(msgs)
-        return self._respond(request, result, queue_id, ext, header.properties)
+        return self._respond(request, result, header.topic, queue_id, ext, header.properties)
 
     def _respond(
         self,
         request: RemotingCommand,
         result: PutMessageResult,
+        topic: str,
         queue_id: int,
         ext: dict[str, str],
         properties: str | None,
@@ -383,7 +384,7 @@ class SendMessageProcessor:
         if code != ResponseCode.SUCCESS or result.append is None:
             return request.response(code, remark, ext)
         append = result.append
-        self.broker.stats_put(append.msg_num)
+        self.broker.stats_put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(append.logics_offset)

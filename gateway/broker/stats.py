@@ -1,0 +1,136 @@
+"""4.x broker statistics over remoting (BrokerStatsManager): per-minute, per-hour and per-day sums, TPS and
+average size of messages put and got, as VIEW_BROKER_STATS_DATA, GET_BROKER_CONSUME_STATS and mqadmin
+``statsAll`` read them.
+
+The send and pull paths only add to counters (``MessageCounts``); this service samples them every 10 s
+into three short windows, as Java's StatsItem does. A window's figures run from its oldest sample to the
+counters' values now, so a request sees traffic of the last seconds too (Java's lag up to one sample).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Any
+
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+
+SAMPLE_SECONDS = 10.0
+# (name, samples kept, sample every N ticks): a minute of 10 s samples, an hour of 10 min, a day of hours.
+_WINDOWS = (("statsMinute", 7, 1), ("statsHour", 7, 60), ("statsDay", 25, 360))
+
+
+class MessageCounts:
+    """Messages and bytes put per topic and pulled per (topic, group), with how many requests carried them."""
+
+    def __init__(self) -> None:
+        self.messages_in: Counter[str] = Counter()
+        self.bytes_in: Counter[str] = Counter()
+        self.puts: Counter[str] = Counter()
+        self.messages_out: Counter[tuple[str, str]] = Counter()
+        self.bytes_out: Counter[tuple[str, str]] = Counter()
+        self.pulls: Counter[tuple[str, str]] = Counter()
+
+    def put(self, topic: str, messages: int, size: int) -> None:
+        self.messages_in[topic] += messages
+        self.bytes_in[topic] += size
+        self.puts[topic] += 1
+
+    def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
+        self.messages_out[(topic, group)] += messages
+        self.bytes_out[(topic, group)] += size
+        self.pulls[(topic, group)] += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Sample:
+    ms: int
+    value: int
+    times: int
+
+
+class BrokerStatsManager:
+    """The stats table behind VIEW_BROKER_STATS_DATA, keyed (statsName, statsKey) as Java keys it."""
+
+    def __init__(self, counts: MessageCounts, cluster_name: str, clock: Any) -> None:
+        self.counts = counts
+        self.cluster_name = cluster_name
+        self.clock = clock
+        self._ticks = 0
+        self._windows: dict[str, dict[tuple[str, str], deque[_Sample]]] = {name: {} for name, _, _ in _WINDOWS}
+        # Each window's last sample time: an item first counted after it was zero then.
+        start = int(clock.seconds() * 1000)
+        self._last_ms = {name: start for name, _, _ in _WINDOWS}
+
+    def current(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(statsName, statsKey) → (value, times) now."""
+        c = self.counts
+        table: dict[tuple[str, str], tuple[int, int]] = {}
+        put_n = put_t = get_n = get_t = 0
+        for topic, n in c.messages_in.items():
+            times = c.puts[topic]
+            table[(TOPIC_PUT_NUMS, topic)] = (n, times)
+            table[(TOPIC_PUT_SIZE, topic)] = (c.bytes_in[topic], times)
+            put_n += n
+            put_t += times
+        for (topic, group), n in c.messages_out.items():
+            key = f"{topic}@{group}"
+            times = c.pulls[(topic, group)]
+            table[(GROUP_GET_NUMS, key)] = (n, times)
+            table[(GROUP_GET_SIZE, key)] = (c.bytes_out[(topic, group)], times)
+            get_n += n
+            get_t += times
+        table[(BROKER_PUT_NUMS, self.cluster_name)] = (put_n, put_t)
+        table[(BROKER_GET_NUMS, self.cluster_name)] = (get_n, get_t)
+        return table
+
+    def sample(self) -> None:
+        """Take one sample (the broker calls this every ``SAMPLE_SECONDS``)."""
+        now = int(self.clock.seconds() * 1000)
+        table = self.current()
+        for name, keep, every in _WINDOWS:
+            if self._ticks % every:
+                continue
+            window = self._windows[name]
+            for key, (value, times) in table.items():
+                samples = window.get(key)
+                if samples is None:
+                    samples = window[key] = deque([_Sample(self._last_ms[name], 0, 0)], maxlen=keep)
+                samples.append(_Sample(now, value, times))
+            self._last_ms[name] = now
+        self._ticks += 1
+
+    def stats_data(self, name: str, key: str) -> dict[str, Any] | None:
+        """BrokerStatsData (statsMinute, statsHour, statsDay of sum, tps, avgpt), or None if not kept."""
+        now_value = self.current().get((name, key))
+        if now_value is None:
+            return None
+        now = _Sample(int(self.clock.seconds() * 1000), *now_value)
+        out = {}
+        for window_name, _, _ in _WINDOWS:
+            samples = self._windows[window_name].get((name, key))
+            first = samples[0] if samples else _Sample(self._last_ms[window_name], 0, 0)
+            out[window_name] = _item(first, now)
+        return out
+
+    def tps(self, name: str, key: str) -> float:
+        """The last minute's TPS of one item (tpsGroupGetNums and the like), 0.0 if not kept."""
+        data = self.stats_data(name, key)
+        return data["statsMinute"]["tps"] if data else 0.0
+
+
+def _item(first: _Sample, last: _Sample) -> dict[str, Any]:
+    """Java's StatsItem.computeStatsData: sum, tps and average per call between two samples."""
+    total = last.value - first.value
+    times = last.times - first.times
+    ms = last.ms - first.ms
+    return {
+        "avgpt": total / times if times else 0.0,
+        "sum": total,
+        "tps": total * 1000.0 / ms if ms else 0.0,
+    }
