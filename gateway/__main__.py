@@ -21,7 +21,15 @@ from gateway.runner import run_services, start_logging
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="rocketmq-gateway", description="NameServer + Broker in one process")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["admin"]:  # rocketmq-gateway admin <subcommand>: mqadmin's tools
+        from gateway.admin.cli import main as admin_main
+
+        sys.exit(admin_main(argv[1:]))
+    parser = argparse.ArgumentParser(
+        prog="rocketmq-gateway",
+        description="NameServer + Broker in one process ('rocketmq-gateway admin --help' for the admin tools)",
+    )
     parser.add_argument("--bind", default="127.0.0.1", help="address both servers listen on (default 127.0.0.1)")
     parser.add_argument("--namesrv-port", type=int, default=9876)
     parser.add_argument("--namesrv-config", help="namesrv.properties with RocketMQ's keys")

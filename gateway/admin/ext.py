@@ -1,0 +1,244 @@
+"""MQAdminExt for scripts: the admin requests of mqadmin over blocking connections (no reactor), against
+our servers or Apache's, with optional ACL signing and TLS."""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from gateway.acl.signer import SessionCredentials
+from gateway.remoting import fastjson
+from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    PullMessageRequestHeader,
+    PullSysFlag,
+    QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
+)
+from gateway.remoting.message import MessageExt, decode_offset_message_id, decode_records
+
+MASTER_ID = 0
+
+
+class AdminError(Exception):
+    """A request answered with an error code (``code`` and the server's remark)."""
+
+    def __init__(self, code: int, remark: str | None, what: str) -> None:
+        super().__init__(f"{what}: CODE: {code} DESC: {remark}")
+        self.code = code
+        self.remark = remark
+
+
+class AdminExt:
+    """Admin requests to a cluster found through ``namesrv`` (``host:port[;host:port]``)."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.namesrv = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv:
+            raise ValueError("no name server address (-n host:port)")
+        self.sign = SessionCredentials(access_key, secret_key).sign if access_key and secret_key else None
+        self.tls = tls
+        self.timeout = timeout
+        self._conns: dict[str, BlockingConnection] = {}
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> AdminExt:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport
+
+    def call(
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes = b"",
+        ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """One request to ``addr``; AdminError unless the answer's code is in ``ok``."""
+        conn = self._conns.get(addr)
+        if conn is None:
+            conn = self._conns[addr] = BlockingConnection(addr, self.timeout, self.tls, self.sign)
+        response = conn.invoke(RemotingCommand.request(code, ext or {}, body))
+        if response.code not in ok:
+            raise AdminError(response.code, response.remark, f"{RequestCode(code).name} to {addr}")
+        return response
+
+    def call_namesrv(self, code: int, ext: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> RemotingCommand:
+        """A request to the first name server that answers."""
+        error: Exception | None = None
+        for addr in self.namesrv:
+            try:
+                return self.call(addr, code, ext, ok=ok)
+            except OSError as e:
+                error = e
+        raise ConnectionError(f"no name server answered ({';'.join(self.namesrv)}): {error}")
+
+    @staticmethod
+    def body(response: RemotingCommand) -> Any:
+        return fastjson.loads(response.body) if response.body else {}
+
+    # -- name server
+
+    def cluster_info(self) -> dict[str, Any]:
+        return self.body(self.call_namesrv(RequestCode.GET_BROKER_CLUSTER_INFO))
+
+    def topic_list(self) -> list[str]:
+        return sorted(self.body(self.call_namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))["topicList"])
+
+    def topic_route(self, topic: str) -> dict[str, Any]:
+        return self.body(self.call_namesrv(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+
+    def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """brokerName → master address, of one cluster or all."""
+        info = self.cluster_info()
+        names = info.get("clusterAddrTable", {}).get(cluster, []) if cluster else info.get("brokerAddrTable", {})
+        table = info.get("brokerAddrTable", {})
+        out = {}
+        for name in sorted(names):
+            addrs = {int(k): v for k, v in table.get(name, {}).get("brokerAddrs", {}).items()}
+            if MASTER_ID in addrs:
+                out[name] = addrs[MASTER_ID]
+        return out
+
+    def route_masters(self, topic: str) -> dict[str, str]:
+        """brokerName → master address of the brokers that host ``topic``."""
+        out = {}
+        for bd in self.topic_route(topic).get("brokerDatas", []):
+            addrs = {int(k): v for k, v in bd.get("brokerAddrs", {}).items()}
+            if MASTER_ID in addrs:
+                out[bd["brokerName"]] = addrs[MASTER_ID]
+        return dict(sorted(out.items()))
+
+    # -- broker
+
+    def runtime_info(self, addr: str) -> dict[str, str]:
+        return self.body(self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO))["table"]
+
+    def broker_config(self, addr: str) -> dict[str, str]:
+        text = self.call(addr, RequestCode.GET_BROKER_CONFIG).body.decode()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+    def update_broker_config(self, addr: str, key: str, value: str) -> None:
+        self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=f"{key}={value}\n".encode())
+
+    def topic_stats(self, addr: str, topic: str) -> dict[str, Any]:
+        return self.body(self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic}))["offsetTable"]
+
+    def consume_stats(self, addr: str, group: str, topic: str | None = None) -> dict[str, Any]:
+        ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        return self.body(self.call(addr, RequestCode.GET_CONSUME_STATS, ext))
+
+    def pull(
+        self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int = 32
+    ) -> tuple[int, list[MessageExt]]:
+        """(next offset, messages) from one queue, read as a consumer group of the tool's own."""
+        header = PullMessageRequestHeader(
+            consumer_group="TOOLS_CONSUMER",
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=PullSysFlag.SUBSCRIPTION,  # the subscription travels with the pull: no heartbeat needed
+            commit_offset=0,
+            suspend_timeout_millis=0,
+            subscription="*",
+            sub_version=0,
+            expression_type="TAG",
+        )
+        ok = (ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+              ResponseCode.PULL_OFFSET_MOVED)  # fmt: skip
+        response = self.call(addr, RequestCode.PULL_MESSAGE, header.encode(), ok=ok)
+        next_offset = int((response.ext_fields or {}).get("nextBeginOffset", offset))
+        if response.code != ResponseCode.SUCCESS:
+            return next_offset, []
+        return next_offset, decode_records(response.body)
+
+    def queue_offsets(self, addr: str, topic: str, queue_id: int) -> tuple[int, int]:
+        ext = {"topic": topic, "queueId": str(queue_id)}
+        low = int(self.call(addr, RequestCode.GET_MIN_OFFSET, ext).ext_fields["offset"])
+        high = int(self.call(addr, RequestCode.GET_MAX_OFFSET, ext).ext_fields["offset"])
+        return low, high
+
+    def search_offset(self, addr: str, topic: str, queue_id: int, timestamp: int) -> int:
+        ext = SearchOffsetRequestHeader(topic, queue_id, timestamp).encode()
+        return int(self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, ext).ext_fields["offset"])
+
+    def messages_in_range(
+        self, topic: str, begin: int = 0, end: int | None = None, progress: Callable[[int, int], None] | None = None
+    ) -> Iterator[MessageExt]:
+        """Every message of ``topic`` stored between ``begin`` and ``end`` (ms), queue by queue; ``progress``
+        gets (queues done, queues in all)."""
+        end = end if end is not None else int(time.time() * 1000) + 60_000
+        queues = []
+        for name, addr in self.route_masters(topic).items():
+            for qd in self.topic_route(topic).get("queueDatas", []):
+                if qd["brokerName"] == name:
+                    queues.extend((addr, q) for q in range(qd["readQueueNums"]))
+        for done, (addr, queue_id) in enumerate(queues):
+            low, high = self.queue_offsets(addr, topic, queue_id)
+            if begin > 0:
+                low = max(low, self.search_offset(addr, topic, queue_id, begin))
+            offset = low
+            while offset < high:
+                next_offset, msgs = self.pull(addr, topic, queue_id, offset)
+                for m in msgs:
+                    if begin <= m.store_timestamp <= end:
+                        yield m
+                if next_offset <= offset:
+                    break
+                offset = next_offset
+            if progress is not None:
+                progress(done + 1, len(queues))
+
+    def view_message(self, offset_msg_id: str) -> MessageExt:
+        """A message by its offsetMsgId, from the broker the id names."""
+        addr, offset = decode_offset_message_id(offset_msg_id)
+        response = self.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+        return decode_records(response.body)[0]
+
+    def query_message(self, topic: str, key: str, unique: bool = False, max_num: int = 64) -> list[MessageExt]:
+        """Messages of ``topic`` by KEYS (or by UNIQ_KEY with ``unique``) on every broker hosting it."""
+        header = QueryMessageRequestHeader(topic, key, max_num, 0, int(time.time() * 1000) + 60_000).encode()
+        if unique:
+            header["_UNIQUE_KEY_QUERY"] = "true"
+        found: list[MessageExt] = []
+        for addr in self.route_masters(topic).values():
+            response = self.call(addr, RequestCode.QUERY_MESSAGE, header, ok=(0, ResponseCode.QUERY_NOT_FOUND))
+            if response.code == ResponseCode.SUCCESS:
+                found.extend(decode_records(response.body))
+        if unique:
+            found = [m for m in found if m.uniq_key == key]
+        return found
+
+    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True) -> dict[str, Any]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on every broker hosting ``topic``: brokerName → answer (the new
+        offsets, or the error)."""
+        out: dict[str, Any] = {}
+        ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()}
+        for name, addr in self.route_masters(topic).items():
+            try:
+                body = self.body(self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext))
+                out[name] = {f"{k['topic']}:{k['queueId']}": v for k, v in body.get("offsetTable", {}).items()}
+            except AdminError as e:
+                out[name] = {"error": str(e)}
+        return out
