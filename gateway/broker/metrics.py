@@ -18,6 +18,9 @@ from prometheus_client.core import CollectorRegistry, CounterMetricFamily, Gauge
 from prometheus_client.twisted import MetricsResource
 from twisted.web.resource import Resource
 from twisted.web.server import Site
+from twisted.web.util import Redirect
+
+from .console import ConsoleResource
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -87,9 +90,12 @@ class BrokerCollector:
 
 
 def metrics_site(broker: BrokerController) -> Site:
-    """A twisted.web site answering ``/metrics`` from a registry of its own."""
+    """A twisted.web site answering ``/metrics`` from a registry of its own, and the console under
+    ``/console/`` (``/`` leads there)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))
     root = Resource()
     root.putChild(b"metrics", MetricsResource(registry=registry))
+    root.putChild(b"console", ConsoleResource(broker))
+    root.putChild(b"", Redirect(b"/console/"))
     return Site(root)

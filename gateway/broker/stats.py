@@ -22,6 +22,7 @@ BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
 SAMPLE_SECONDS = 10.0
 # (name, samples kept, sample every N ticks): a minute of 10 s samples, an hour of 10 min, a day of hours.
+_HISTORY_SAMPLES = 181  # half an hour of 10 s samples
 _WINDOWS = (("statsMinute", 7, 1), ("statsHour", 7, 60), ("statsDay", 25, 360))
 
 
@@ -66,6 +67,8 @@ class BrokerStatsManager:
         # Each window's last sample time: an item first counted after it was zero then.
         start = int(clock.seconds() * 1000)
         self._last_ms = {name: start for name, _, _ in _WINDOWS}
+        # (ms, messages put, messages got) at each sample, for the console's throughput chart.
+        self.history: deque[tuple[int, int, int]] = deque(maxlen=_HISTORY_SAMPLES)
 
     def current(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(statsName, statsKey) → (value, times) now."""
@@ -103,6 +106,9 @@ class BrokerStatsManager:
                     samples = window[key] = deque([_Sample(self._last_ms[name], 0, 0)], maxlen=keep)
                 samples.append(_Sample(now, value, times))
             self._last_ms[name] = now
+        put = table[(BROKER_PUT_NUMS, self.cluster_name)][0]
+        got = table[(BROKER_GET_NUMS, self.cluster_name)][0]
+        self.history.append((now, put, got))
         self._ticks += 1
 
     def stats_data(self, name: str, key: str) -> dict[str, Any] | None:
