@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.twisted import MetricsResource
+from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 from twisted.web.util import Redirect
@@ -89,12 +90,17 @@ class BrokerCollector:
         return gauge
 
 
+class _Root(Resource):
+    def getChild(self, path: bytes, request: Any) -> Resource:
+        return notFound()  # /favicon.ico and the like
+
+
 def metrics_site(broker: BrokerController) -> Site:
     """A twisted.web site answering ``/metrics`` from a registry of its own, and the console under
     ``/console/`` (``/`` leads there)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(BrokerCollector(broker))
-    root = Resource()
+    root = _Root()
     root.putChild(b"metrics", MetricsResource(registry=registry))
     root.putChild(b"console", ConsoleResource(broker))
     root.putChild(b"", Redirect(b"/console/"))
