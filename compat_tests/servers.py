@@ -68,6 +68,10 @@ def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> Re
     return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class GatewayServers:
     """``python -m gateway`` with a store under ``store_dir``; ``start()``, ``stop()``, ``kill()``."""
 
@@ -129,6 +133,8 @@ class GatewayServers:
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            # Stopped with SIGINT: undo the SIG_IGN a background run (`cmd &`) would pass down to it.
+            preexec_fn=_default_sigint,
         )
         # One thread reads the child's output from the start (so its pipe never fills); the ready line
         # is handed over through an event. (select() on a buffered pipe can miss lines already read.)
