@@ -15,9 +15,10 @@ from twisted.internet.defer import inlineCallbacks
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.config import ConfigError, system_properties
+from gateway.logs import LogSettings, add_log_arguments, start_logging
 from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
-from gateway.runner import run_services, start_logging
+from gateway.runner import run_services
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--namesrv-config", help="namesrv.properties with RocketMQ's keys")
     parser.add_argument("--broker-config", help="broker.conf with RocketMQ's keys")
     parser.add_argument("--store", help="storePathRootDir (default ./store, or the broker.conf value)")
-    parser.add_argument("--log-level", default="info")
+    add_log_arguments(parser)
     args = parser.parse_args(argv)
     try:
         namesrv_cfg = load_namesrv_config(
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
         sys.exit(1)
-    start_logging(args.log_level)
+    start_logging(LogSettings.from_args(args), "gateway.log")
 
     service = None
 

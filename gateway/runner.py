@@ -1,4 +1,4 @@
-"""Shared entry-point plumbing: logging to stdout and running services until Ctrl-C."""
+"""Shared entry-point plumbing: running services until Ctrl-C (logging is :mod:`gateway.logs`)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,8 @@ from typing import Any
 
 from twisted.application.service import IService
 from twisted.internet import defer, task
-from twisted.logger import (
-    FilteringLogObserver,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
-)
 
 from gateway.config import ConfigError
-
-
-def start_logging(level: str = "info") -> None:
-    """Log to stdout at ``level`` and above."""
-    predicate = LogLevelFilterPredicate(defaultLogLevel=LogLevel.levelWithName(level))
-    observer = FilteringLogObserver(textFileLogObserver(sys.stdout), [predicate])
-    globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False)
 
 
 def run_services(build: Callable[[Any], list[IService]], ready: Callable[[list[IService]], str]) -> None:

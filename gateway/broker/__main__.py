@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from gateway.config import ConfigError, config_properties, properties_to_string, system_properties
-from gateway.runner import run_services, start_logging
+from gateway.logs import LogSettings, add_log_arguments, start_logging
+from gateway.runner import run_services
 
 from .config import load_broker_config
 from .controller import BrokerController
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-c", "--configFile", help="broker.conf with RocketMQ's keys")
     parser.add_argument("-n", "--namesrvAddr", help="name server address list, e.g. 127.0.0.1:9876;127.0.0.2:9876")
     parser.add_argument("-p", "--printConfigItem", action="store_true", help="print all config items and exit")
+    add_log_arguments(parser)
     args = parser.parse_args(argv)
     overrides = {"namesrvAddr": args.namesrvAddr} if args.namesrvAddr else {}
     try:
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
         # As Java prints them: key=value lines, booleans lower-case, unset values left out.
         sys.stdout.write(properties_to_string(config_properties(store_cfg, broker_cfg)))
         return
-    start_logging()
+    start_logging(LogSettings.from_args(args), "broker.log")
     run_services(
         lambda reactor: [BrokerController(broker_cfg, store_cfg, reactor, props)],
         lambda svcs: (

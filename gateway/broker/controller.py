@@ -384,7 +384,7 @@ class BrokerController(service.Service):
         self.offsets.persist()
         self._persist_delivery_offsets()
         self.store.shutdown()
-        log.info("broker {name} stopped", name=self.config.brokerName)
+        log.info("broker {name} stopped", name=self.config.brokerName, console=True)
 
     def _persist_delivery_offsets(self) -> None:
         self.schedule.persist()

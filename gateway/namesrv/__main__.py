@@ -1,7 +1,9 @@
 """``python -m gateway.namesrv [-c namesrv.properties] [-p]``: the name server, with ``mqnamesrv``'s flags.
 
-Logs go to stdout. SIGINT or SIGTERM closes the port and every connection, then exits 0; a bad
-configuration or an unreadable kvConfig.json prints its message (key or file) on stderr and exits 1.
+Logs go to namesrv.log (and the other component files) under the log directory (:mod:`gateway.logs`); the
+console shows the start and stop lines, warnings and errors. SIGINT or SIGTERM closes the port and every
+connection, then exits 0; a bad configuration or an unreadable kvConfig.json prints its message (key or file)
+on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -15,16 +17,12 @@ from twisted.internet import task
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 from twisted.logger import (
-    FilteringLogObserver,
     Logger,
-    LogLevel,
-    LogLevelFilterPredicate,
-    globalLogBeginner,
-    textFileLogObserver,
 )
 
 from gateway.config import ConfigError, properties_to_string, system_properties
 from gateway.controller.config import ControllerConfig, load_controller_config
+from gateway.logs import LogSettings, add_log_arguments, start_logging
 
 from .config import NamesrvConfig, load_namesrv_config
 from .service import NamesrvController
@@ -42,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``python -m gateway.namesrv`` and the ``mqnamesrv`` script; exits the process."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    add_log_arguments(parser)
+    args = parser.parse_args(argv)
     try:
         config = load_namesrv_config(args.configFile)
         props = system_properties(args.configFile)
@@ -61,11 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.printConfigItem:
         sys.stdout.write(properties_to_string(config.to_properties()))
         return
-    observer = textFileLogObserver(sys.stdout)
-    globalLogBeginner.beginLoggingTo(
-        [FilteringLogObserver(observer, [LogLevelFilterPredicate(defaultLogLevel=LogLevel.info)])],
-        redirectStandardIO=False,
-    )
+    start_logging(LogSettings.from_args(args), "namesrv.log")
     task.react(_serve, (config, props, controller))
 
 

@@ -107,7 +107,7 @@ class NamesrvController(Service):
         if self.controller is not None:
             self.controller.startService()
         host = self._listening.getHost()
-        log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port)
+        log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port, console=True)
         self._first_scan = self.clock.callLater(
             FIRST_SCAN_DELAY, self._scan.start, self.config.scanNotActiveBrokerInterval / 1000, now=True
         )
@@ -127,7 +127,9 @@ class NamesrvController(Service):
             waits.append(maybeDeferred(self._listening.stopListening))
             self._listening = None
         waits.append(self.factory.close_all())
-        return DeferredList(waits, consumeErrors=True).addCallback(lambda _: log.info("NameServer stopped"))
+        return DeferredList(waits, consumeErrors=True).addCallback(
+            lambda _: log.info("NameServer stopped", console=True)
+        )
 
     def scan_not_active_broker(self) -> None:
         """Expire brokers silent for ``brokerChannelExpiredTime`` and close their connections."""
