@@ -127,6 +127,11 @@ class ComponentFilesObserver:
         self.files: dict[str, DailyRotatingFile] = {}
         settings.log_dir.mkdir(parents=True, exist_ok=True)
 
+    def close(self) -> None:
+        for out in self.files.values():
+            out.close()
+        self.files.clear()
+
     def file_for(self, namespace: str) -> str:
         for prefix, name in _COMPONENT_FILES:
             if namespace == prefix or namespace.startswith(prefix + "."):

@@ -12,8 +12,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from twisted.logger import Logger, LogLevel, LogPublisher
 
 from gateway.logs import ComponentFilesObserver, LogSettings, console_observer, default_log_dir
@@ -21,14 +23,26 @@ from gateway.logs import ComponentFilesObserver, LogSettings, console_observer, 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _publisher(settings: LogSettings, console: io.StringIO) -> tuple[LogPublisher, ComponentFilesObserver]:
+@pytest.fixture
+def opened() -> Iterator[list[ComponentFilesObserver]]:
+    """Observers made by a test, closed after it."""
+    made: list[ComponentFilesObserver] = []
+    yield made
+    for files in made:
+        files.close()
+
+
+def _publisher(
+    settings: LogSettings, console: io.StringIO, opened: list[ComponentFilesObserver]
+) -> tuple[LogPublisher, ComponentFilesObserver]:
     files = ComponentFilesObserver(settings, "gateway.log")
+    opened.append(files)
     return LogPublisher(files, console_observer(settings, console)), files
 
 
-def test_components_levels_and_console(tmp_path: Path) -> None:
+def test_components_levels_and_console(tmp_path: Path, opened) -> None:
     console = io.StringIO()
-    publisher, _ = _publisher(LogSettings(tmp_path), console)
+    publisher, _ = _publisher(LogSettings(tmp_path), console, opened)
     Logger("gateway.store.commit_log", observer=publisher).info("store line {n}", n=1)
     Logger("gateway.remoting.protocol", observer=publisher).warn("remoting warning")
     Logger("gateway.broker.transaction.service", observer=publisher).info("transaction line")
@@ -48,8 +62,8 @@ def test_components_levels_and_console(tmp_path: Path) -> None:
     assert "store line" not in shown and "transaction line" not in shown
 
 
-def test_rotation_keeps_a_bounded_number_of_files(tmp_path: Path) -> None:
-    publisher, files = _publisher(LogSettings(tmp_path, max_size=2000, max_files=3), io.StringIO())
+def test_rotation_keeps_a_bounded_number_of_files(tmp_path: Path, opened) -> None:
+    publisher, files = _publisher(LogSettings(tmp_path, max_size=2000, max_files=3), io.StringIO(), opened)
     log = Logger("gateway.store.flush", observer=publisher)
     for i in range(200):
         log.info("line {i} {pad}", i=i, pad="x" * 80)
@@ -64,8 +78,8 @@ def test_rotation_keeps_a_bounded_number_of_files(tmp_path: Path) -> None:
     assert (tmp_path / "store.log").read_text().strip().endswith("tomorrow")
 
 
-def test_json_lines(tmp_path: Path) -> None:
-    publisher, _ = _publisher(LogSettings(tmp_path, json_lines=True), io.StringIO())
+def test_json_lines(tmp_path: Path, opened) -> None:
+    publisher, _ = _publisher(LogSettings(tmp_path, json_lines=True), io.StringIO(), opened)
     log = Logger("gateway.broker.processors.send", observer=publisher)
     log.info("sent {n} messages", n=3)
     try:
