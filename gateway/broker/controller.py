@@ -26,6 +26,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.message import pack_host
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.remoting.rpc_latency import RPC_LATENCY_BUCKETS_MS, Histograms
 from gateway.store.clean_service import CleanService
 from gateway.store.config import StoreConfig
 from gateway.store.durability import PutWaiter, put_waiter
@@ -108,6 +109,8 @@ class BrokerController(service.Service):
         self.pull_processor = PullMessageProcessor(self)
         self.hold_service = PullRequestHoldService(reactor, self.pull_processor.execute_held)
         self.dispatcher = RequestDispatcher()
+        if config.metricsExporterType.upper() == "PROM":
+            self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         send = SendMessageProcessor(self)
         for processor in (
             send,
@@ -412,6 +415,13 @@ class BrokerController(service.Service):
         dt = max(now - t0, 1e-6)
         self._tps = ((self.put_total - put0) / dt, (self.get_total - get0) / dt)
         self._tps_window = (now, self.put_total, self.get_total)
+
+    def dispatch_behind(self) -> int:
+        """Commitlog bytes not yet in the consume queues: a master dispatches as it appends; a slave may hold
+        the first part of a record still being replicated."""
+        if not self.config.is_slave:
+            return 0
+        return max(self.store.commit_log.max_offset - self.store.replicated_whole_records_end, 0)
 
     def put_tps(self) -> float:
         return self._tps[0]

@@ -10,16 +10,16 @@ read from the broker's own tables when Prometheus scrapes. Names and labels are 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.twisted import MetricsResource
-from twisted.web.pages import notFound
-from twisted.web.resource import Resource
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from twisted.web.server import Site
 from twisted.web.util import Redirect
+
+from gateway import prometheus
 
 from .console import ConsoleResource
 
@@ -28,80 +28,97 @@ if TYPE_CHECKING:
 
 
 class BrokerCollector:
-    """A prometheus-client collector reading the broker at scrape time."""
+    """A prometheus-client collector reading the broker at scrape time (in twisted.web's WSGI thread: every
+    table is copied before it is walked, since the reactor may change it meanwhile)."""
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Any]:
         broker, cfg = self.broker, self.broker.config
+        store = broker.store
         base = {"cluster": cfg.brokerClusterName, "node_type": "broker", "node_id": cfg.brokerName}
-        names, values = list(base), list(base.values())
+        values = list(base.values())
         counts = broker.message_counts
 
         def family(kind: Any, name: str, doc: str, extra: tuple[str, ...] = ()) -> Any:
-            return kind(name, doc, labels=[*names, *extra])
+            return kind(name, doc, labels=[*base, *extra])
 
         stored: Counter[str] = Counter()
-        for (topic, _), cq in list(broker.store.consume_queue_table.items()):
+        for (topic, _), cq in list(store.consume_queue_table.items()):
             stored[topic] += cq.max_offset_in_queue
         m_in = family(CounterMetricFamily, "rocketmq_messages_in", "Messages stored, by topic", ("topic",))
         for topic, n in stored.items():
             m_in.add_metric([*values, topic], n)
         yield m_in
         b_in = family(CounterMetricFamily, "rocketmq_throughput_in", "Bytes stored since start, by topic", ("topic",))
-        for topic, size in counts.bytes_in.items():
+        for topic, size in list(counts.bytes_in.items()):
             b_in.add_metric([*values, topic], size)
         yield b_in
+        sizes = family(
+            HistogramMetricFamily, "rocketmq_message_size", "Stored message sizes in bytes", ("topic", "message_type")
+        )
+        for key in list(counts.sizes.table):
+            buckets, total = counts.sizes.cumulative(key)
+            sizes.add_metric([*values, *key], buckets, total)
+        yield sizes
         labels = ("topic", "consumer_group")
         m_out = family(CounterMetricFamily, "rocketmq_messages_out", "Messages pulled, by topic and group", labels)
         b_out = family(CounterMetricFamily, "rocketmq_throughput_out", "Bytes pulled, by topic and group", labels)
-        for (topic, group), n in counts.messages_out.items():
+        for (topic, group), n in list(counts.messages_out.items()):
             m_out.add_metric([*values, topic, group], n)
             b_out.add_metric([*values, topic, group], counts.bytes_out[(topic, group)])
         yield m_out
         yield b_out
-        yield self._gauge(names, values, "rocketmq_topic_number", "Topics", len(broker.topics.table))
-        yield self._gauge(
-            names, values, "rocketmq_consumer_group_number", "Subscription groups", len(broker.groups.table)
-        )
+        if broker.dispatcher.rpc_latency is not None:
+            yield prometheus.rpc_latency_family(base, broker.dispatcher.rpc_latency)
+        yield prometheus.gauge(base, "rocketmq_topic_number", "Topics", len(broker.topics.table))
+        yield prometheus.gauge(base, "rocketmq_consumer_group_number", "Subscription groups", len(broker.groups.table))
         producers = sum(len(channels) for channels in broker.producers.table.values())
         consumers = sum(len(info.channels) for info in broker.consumers.table.values())
-        yield self._gauge(names, values, "rocketmq_producer_connections", "Producer connections", producers)
-        yield self._gauge(names, values, "rocketmq_consumer_connections", "Consumer connections", consumers)
-        cl = broker.store.commit_log
-        yield self._gauge(names, values, "rocketmq_storage_size", "Commitlog bytes held", cl.max_offset - cl.min_offset)
-        behind = cl.max_offset - broker.store.flushed_where
-        yield self._gauge(names, values, "rocketmq_storage_flush_behind_bytes", "Bytes not yet flushed", behind)
-        lag = family(GaugeMetricFamily, "rocketmq_consumer_lag_messages", "Messages not yet consumed", labels)
-        for key, queues in broker.offsets.offset_table.items():
-            topic, _, group = key.partition("@")
-            behind_msgs = sum(
-                max(0, broker.store.get_max_offset_in_queue(topic, queue_id) - offset)
-                for queue_id, offset in queues.items()
+        yield prometheus.gauge(base, "rocketmq_producer_connections", "Producer connections", producers)
+        yield prometheus.gauge(base, "rocketmq_consumer_connections", "Consumer connections", consumers)
+        cl = store.commit_log
+        yield prometheus.gauge(base, "rocketmq_storage_size", "Commitlog bytes held", cl.max_offset - cl.min_offset)
+        behind = cl.max_offset - store.flushed_where
+        yield prometheus.gauge(base, "rocketmq_storage_flush_behind_bytes", "Bytes not yet flushed", behind)
+        yield prometheus.gauge(
+            base, "rocketmq_storage_dispatch_behind_bytes", "Bytes not yet in consume queues", broker.dispatch_behind()
+        )
+        if broker.ha_service is not None and not cfg.is_slave:
+            lag_bytes = broker.ha_service.slave_fall_behind() if broker.ha_service.connections else 0
+            yield prometheus.gauge(
+                base, "rocketmq_ha_slave_fall_behind_bytes", "Bytes the furthest slave lags behind", lag_bytes
             )
+        yield from self._consumer_lag(base, values, labels)
+
+    def _consumer_lag(self, base: dict[str, str], values: list[str], labels: tuple[str, ...]) -> Iterator[Any]:
+        """Lag in messages and, from the store time of the oldest message not consumed, in milliseconds."""
+        broker = self.broker
+        store = broker.store
+        now = int(time.time() * 1000)
+        lag = GaugeMetricFamily("rocketmq_consumer_lag_messages", "Messages not yet consumed", labels=[*base, *labels])
+        latency = GaugeMetricFamily(
+            "rocketmq_consumer_lag_latency", "Age in ms of the oldest message not yet consumed", labels=[*base, *labels]
+        )
+        for key, queues in list(broker.offsets.offset_table.items()):
+            topic, _, group = key.partition("@")
+            behind_msgs = 0
+            oldest = now
+            for queue_id, offset in list(queues.items()):
+                high = store.get_max_offset_in_queue(topic, queue_id)
+                if high > offset:
+                    behind_msgs += high - offset
+                    stored_at = store.get_message_store_timestamp(topic, queue_id, offset)
+                    if stored_at > 0:
+                        oldest = min(oldest, stored_at)
             lag.add_metric([*values, topic, group], behind_msgs)
+            latency.add_metric([*values, topic, group], now - oldest)
         yield lag
-
-    @staticmethod
-    def _gauge(names: list[str], values: list[str], name: str, doc: str, value: float) -> Any:
-        gauge = GaugeMetricFamily(name, doc, labels=names)
-        gauge.add_metric(values, value)
-        return gauge
-
-
-class _Root(Resource):
-    def getChild(self, path: bytes, request: Any) -> Resource:
-        return notFound()  # /favicon.ico and the like
+        yield latency
 
 
 def metrics_site(broker: BrokerController) -> Site:
-    """A twisted.web site answering ``/metrics`` from a registry of its own, and the console under
-    ``/console/`` (``/`` leads there)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(broker))
-    root = _Root()
-    root.putChild(b"metrics", MetricsResource(registry=registry))
-    root.putChild(b"console", ConsoleResource(broker))
-    root.putChild(b"", Redirect(b"/console/"))
-    return Site(root)
+    """``/metrics``, and the console under ``/console/`` (``/`` leads there)."""
+    children = {b"console": ConsoleResource(broker), b"": Redirect(b"/console/")}
+    return prometheus.metrics_site(BrokerCollector(broker), children)

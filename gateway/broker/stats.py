@@ -13,6 +13,9 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.remoting.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from gateway.remoting.rpc_latency import MESSAGE_SIZE_BUCKETS, Histograms
+
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
 GROUP_GET_NUMS = "GROUP_GET_NUMS"
@@ -21,6 +24,9 @@ BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
 SAMPLE_SECONDS = 10.0
+# RocketMQ 5's message_type label, by the topic a message is stored in (the real topic of a delayed or
+# transactional message is in its properties, which the counting does not read).
+_MESSAGE_TYPES = {SCHEDULE_TOPIC: "delay", TRANS_HALF_TOPIC: "transaction"}
 # (name, samples kept, sample every N ticks): a minute of 10 s samples, an hour of 10 min, a day of hours.
 _HISTORY_SAMPLES = 181  # half an hour of 10 s samples
 _WINDOWS = (("statsMinute", 7, 1), ("statsHour", 7, 60), ("statsDay", 25, 360))
@@ -36,11 +42,14 @@ class MessageCounts:
         self.messages_out: Counter[tuple[str, str]] = Counter()
         self.bytes_out: Counter[tuple[str, str]] = Counter()
         self.pulls: Counter[tuple[str, str]] = Counter()
+        # rocketmq_message_size: (topic, message type) → stored record sizes.
+        self.sizes = Histograms(MESSAGE_SIZE_BUCKETS)
 
     def put(self, topic: str, messages: int, size: int) -> None:
         self.messages_in[topic] += messages
         self.bytes_in[topic] += size
         self.puts[topic] += 1
+        self.sizes.record((topic, _MESSAGE_TYPES.get(topic, "normal")), size / messages)
 
     def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
         self.messages_out[(topic, group)] += messages

@@ -55,6 +55,10 @@ class NamesrvConfig:
     remotingMaxBufferedBytes: int = 64 * 1024 * 1024
     # RocketMQ 5: run a controller inside this NameServer, on its port (ControllerConfig keys in the same file).
     enableControllerInNamesrv: bool = False
+    # As the broker's: PROM serves /metrics on metricsPromExporterHost (default bindAddress):metricsPromExporterPort.
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = ""
+    metricsPromExporterPort: int = 5557
 
     def black_listed(self, key: str) -> bool:
         """Whether UPDATE_NAMESRV_CONFIG refuses ``key`` (:func:`~gateway.config.black_listed`); beyond Java's
@@ -77,6 +81,9 @@ _FIXED_BLACK_LIST = frozenset(
         "bindAddress",
         "startWithCorruptStateFiles",
         "remotingMaxBufferedBytes",
+        "metricsExporterType",  # the metrics listener is made at start-up
+        "metricsPromExporterHost",
+        "metricsPromExporterPort",
     }
 )
 

@@ -19,6 +19,7 @@ from gateway.persist import corrupt_state_files
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.remoting.rpc_latency import RPC_LATENCY_BUCKETS_MS, Histograms
 from gateway.tls.server import TlsServer
 
 from .config import NamesrvConfig
@@ -66,6 +67,8 @@ class NamesrvController(Service):
             now=lambda: int(self.clock.seconds() * 1000), broker_channel_expired_time=config.brokerChannelExpiredTime
         )
         self.dispatcher = RequestDispatcher()
+        if config.metricsExporterType.upper() == "PROM":
+            self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         self.dispatcher.register_all(
             DefaultRequestProcessor(config, self.route_info_manager, self.kv_config_manager).handlers()
         )
@@ -83,6 +86,7 @@ class NamesrvController(Service):
             config_ = controller_config or ControllerConfig()
             self.controller = ControllerManager(config_, reactor, self.dispatcher, tls=self.tls)
         self._listening: IListeningPort | None = None
+        self._metrics_port: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
         self._first_scan: IDelayedCall | None = None
@@ -106,6 +110,16 @@ class NamesrvController(Service):
         super().startService()
         if self.controller is not None:
             self.controller.startService()
+        if self.dispatcher.rpc_latency is not None:
+            from .metrics import metrics_site  # prometheus-client only when asked for
+
+            cfg = self.config
+            interface = cfg.metricsPromExporterHost or cfg.bindAddress
+            self._metrics_port = self.reactor.listenTCP(
+                cfg.metricsPromExporterPort, metrics_site(self), interface=interface
+            )
+            cfg.metricsPromExporterPort = self._metrics_port.getHost().port
+            log.info("metrics on http://{host}:{port}/metrics", host=interface, port=cfg.metricsPromExporterPort)
         host = self._listening.getHost()
         log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port, console=True)
         self._first_scan = self.clock.callLater(
@@ -123,6 +137,9 @@ class NamesrvController(Service):
         waits: list[Deferred[Any]] = []
         if self.controller is not None:
             waits.append(maybeDeferred(self.controller.stopService))
+        if self._metrics_port is not None:
+            waits.append(maybeDeferred(self._metrics_port.stopListening))
+            self._metrics_port = None
         if self._listening is not None:
             waits.append(maybeDeferred(self._listening.stopListening))
             self._listening = None

@@ -6,6 +6,7 @@ no response (oneway, or a response sent later by the processor itself, as long p
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from .command import RemotingCommand
 from .fastjson import FastJsonError
 from .headers import HeaderError
 from .names import InvalidNameError
+from .rpc_latency import UNKNOWN_CODE, Histograms
 
 if TYPE_CHECKING:
     from .protocol import RemotingProtocol
@@ -38,6 +40,8 @@ class RequestDispatcher:
         self.answer_unknown = answer_unknown
         self.on_channel_closed: list[Callable[[RemotingProtocol], None]] = []
         self.on_channel_opened: list[Callable[[RemotingProtocol], None]] = []
+        # Set to count rocketmq_rpc_latency: (request code, response code, oneway) → milliseconds.
+        self.rpc_latency: Histograms | None = None
 
     def without(self, codes: set[int]) -> RequestDispatcher:
         """A dispatcher serving the same handlers except ``codes``, sharing hooks and listeners."""
@@ -46,6 +50,7 @@ class RequestDispatcher:
         other.hooks = self.hooks
         other.on_channel_closed = self.on_channel_closed
         other.on_channel_opened = self.on_channel_opened
+        other.rpc_latency = self.rpc_latency
         return other
 
     def register(self, code: int, handler: Handler) -> None:
@@ -68,6 +73,7 @@ class RequestDispatcher:
 
     def dispatch(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
         """Run the processor for ``request`` and write its response, if any."""
+        start = time.perf_counter() if self.rpc_latency is not None else 0.0
         try:
             response = None
             for hook in self.hooks:
@@ -100,23 +106,31 @@ class RequestDispatcher:
             return
         if isinstance(response, Deferred):
             response.addCallbacks(
-                lambda r: self._respond(channel, request, r),
-                lambda f: self._failed(channel, request, f),
+                lambda r: self._respond(channel, request, r, start),
+                lambda f: self._failed(channel, request, f, start),
             )
             return
-        self._respond(channel, request, response)
+        self._respond(channel, request, response, start)
 
-    @staticmethod
-    def _respond(channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand | None) -> None:
-        if response is None or request.is_oneway:
+    def _respond(
+        self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand | None, start: float
+    ) -> None:
+        if response is None:
+            return
+        latency = self.rpc_latency
+        if latency is not None:
+            code = request.code if request.code in self._handlers else UNKNOWN_CODE
+            latency.record((code, response.code, request.is_oneway), (time.perf_counter() - start) * 1000)
+        if request.is_oneway:
             return
         response.opaque = request.opaque
         response.flag |= 1
         channel.send_command(response)
 
-    def _failed(self, channel: RemotingProtocol, request: RemotingCommand, failure: Any) -> None:
+    def _failed(self, channel: RemotingProtocol, request: RemotingCommand, failure: Any, start: float) -> None:
         log.failure("processor failed for request code {code}", failure, code=request.code)
-        self._respond(channel, request, request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(failure.value)))
+        response = request.response(ResponseCode.SYSTEM_ERROR, _exception_remark(failure.value))
+        self._respond(channel, request, response, start)
 
 
 def _exception_remark(e: BaseException) -> str:

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
+from gateway.namesrv.service import NamesrvController
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import UpdateConsumerOffsetRequestHeader
+from tests.namesrv.conftest import loopback_namesrv_config
 
 from .conftest import BrokerUnderTest, remoting  # noqa: F401
 from .test_broker_server import create_topic, pull_request, send
@@ -26,7 +28,11 @@ def _get(url: str) -> tuple[int, str]:
 async def scrape(broker: BrokerUnderTest) -> dict[str, float]:
     """``name{labels}`` -> value of every sample of the broker's /metrics."""
     assert broker.controller is not None
-    url = f"http://127.0.0.1:{broker.controller.config.metricsPromExporterPort}/metrics"
+    return await scrape_port(broker.controller.config.metricsPromExporterPort)
+
+
+async def scrape_port(port: int) -> dict[str, float]:
+    url = f"http://127.0.0.1:{port}/metrics"
     status, text = await deferToThread(_get, url)  # in a thread: the broker answers from this reactor
     assert status == 200
     samples = {}
@@ -67,5 +73,36 @@ async def test_metrics_move_with_sends_pulls_and_commits(tmp_path: Path, remotin
         assert sample(after, "rocketmq_consumer_lag_messages", **out) == 6
         assert sample(after, "rocketmq_topic_number") >= 1
         assert sample(after, "rocketmq_storage_size") > sample(before, "rocketmq_storage_size")
+        assert sample(after, "rocketmq_consumer_lag_latency", **out) > 0
+        assert sample(after, "rocketmq_storage_dispatch_behind_bytes") == 0
+        # Histograms: every record is a little over 100 bytes; every send answered SUCCESS.
+        sizes = {**labels, "message_type": "normal"}
+        assert sample(after, "rocketmq_message_size_count", **sizes) == 10
+        assert sample(after, "rocketmq_message_size_bucket", **sizes, le="1024.0") == 10
+        sends = {"request_code": "send_message_v2", "response_code": "success", "result": "success"}
+        assert sample(after, "rocketmq_rpc_latency_count", **sends) == 10
+        assert sample(after, "rocketmq_rpc_latency_bucket", **sends, le="+Inf") == 10
+        assert sample(after, "rocketmq_rpc_latency_sum", **sends) > 0
+        await broker.call(RemotingCommand.request(9999, {}))
+        await broker.call(RemotingCommand.request(8888, {}))
+        unknown = {"request_code": "unknown", "response_code": "request_code_not_supported"}
+        assert sample(await scrape(broker), "rocketmq_rpc_latency_count", **unknown) == 2  # one series for all
     finally:
         await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_namesrv_metrics(tmp_path: Path, remoting) -> None:  # noqa: F811
+    config = loopback_namesrv_config(tmp_path, metricsExporterType="PROM", metricsPromExporterPort="0")
+    namesrv = NamesrvController(config)
+    namesrv.startService()
+    try:
+        addr = f"127.0.0.1:{namesrv.port}"
+        for _ in range(3):
+            await remoting.invoke(addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"}))
+        samples = await scrape_port(config.metricsPromExporterPort)
+        routes = {"node_type": "namesrv", "request_code": "get_routeinfo_by_topic", "response_code": "topic_not_exist"}
+        assert sample(samples, "rocketmq_rpc_latency_count", **routes) == 3
+        assert sample(samples, "rocketmq_topic_number", node_type="namesrv") == 0
+    finally:
+        await namesrv.stopService()

@@ -304,7 +304,7 @@ class AdminBrokerProcessor:
             "commitLogDirCapacity": f"Total : {_human_bytes(usage.total)}, Free : {_human_bytes(usage.free)}.",
             "remainTransientStoreBufferNumbs": str(2**31 - 1),  # Integer.MAX_VALUE: no transient store pool
             "remainHowManyDataToFlush": _human_bytes(max(flush_behind, 0)),
-            "dispatchBehindBytes": "0",
+            "dispatchBehindBytes": str(broker.dispatch_behind()),
             "dispatchMaxBuffer": "0",
             "bootTimestamp": str(broker.boot_timestamp),
             "runtime": f"[ {uptime // 86400000} days, {uptime // 3600000 % 24} hours, "

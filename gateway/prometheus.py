@@ -1,0 +1,68 @@
+"""What the broker's and the NameServer's ``/metrics`` share: the ``rocketmq_rpc_latency`` family from a
+dispatcher's counts, single-value gauges, and the twisted.web site (``/metrics``, unknown paths 404)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.twisted import MetricsResource
+from twisted.web.pages import notFound
+from twisted.web.resource import Resource
+from twisted.web.server import Site
+
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.rpc_latency import UNKNOWN_CODE, Histograms
+
+Labels = dict[str, str]
+
+
+def _code_name(enum: Any, code: int) -> str:
+    """RemotingHelper.getRequestCodeDesc / getResponseCodeDesc: the lower-case name, else the number."""
+    if code == UNKNOWN_CODE:
+        return "unknown"
+    try:
+        return enum(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
+def rpc_latency_family(base: Labels, latency: Histograms) -> HistogramMetricFamily:
+    """rocketmq_rpc_latency (ms) by request code, response code and result, as RemotingMetricsManager labels it."""
+    extra = ("protocol_type", "request_code", "response_code", "is_long_polling", "result")
+    family = HistogramMetricFamily("rocketmq_rpc_latency", "Request latency in ms", labels=[*base, *extra])
+    for key in list(latency.table):
+        request_code, response_code, oneway = key
+        buckets, total = latency.cumulative(key)
+        labels = [
+            *base.values(),
+            "remoting",
+            _code_name(RequestCode, request_code),
+            _code_name(ResponseCode, response_code),
+            "false",  # a held pull is answered outside the dispatcher and not counted here
+            "oneway" if oneway else "success",
+        ]
+        family.add_metric(labels, buckets, total)
+    return family
+
+
+def gauge(base: Labels, name: str, doc: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(base))
+    family.add_metric(list(base.values()), value)
+    return family
+
+
+class _Root(Resource):
+    def getChild(self, path: bytes, request: Any) -> Resource:
+        return notFound()  # /favicon.ico and the like
+
+
+def metrics_site(collector: Any, children: dict[bytes, Resource] | None = None) -> Site:
+    """A site answering ``/metrics`` from a registry holding only ``collector``, plus ``children``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    root = _Root()
+    root.putChild(b"metrics", MetricsResource(registry=registry))
+    for path, child in (children or {}).items():
+        root.putChild(path, child)
+    return Site(root)
