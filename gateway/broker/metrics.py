@@ -2,10 +2,11 @@
 ``metricsPromExporterHost:metricsPromExporterPort`` (prometheus-client's text format, through twisted.web).
 
 Messages in are the consume queues' ends (every message a topic ever stored, so the counter survives
-restarts); bytes in and messages and bytes out are the counters the send and pull paths keep for the 4.x
-stats (``stats.MessageCounts``); everything else (topics, groups, connections, storage, consumer lag) is
-read from the broker's own tables when Prometheus scrapes. Names and labels are RocketMQ 5's
-(``rocketmq_messages_in_total{cluster, node_type, node_id, topic}``...).
+restarts); bytes in, message sizes and messages and bytes out are the counters the send and pull paths keep
+for the 4.x stats (``stats.MessageCounts``), request latency the dispatcher's counts; everything else
+(topics, groups, connections, storage, consumer lag) is read from the broker's own tables when Prometheus
+scrapes. Names and labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster, node_type, node_id,
+topic}``...).
 """
 
 from __future__ import annotations
