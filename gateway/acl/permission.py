@@ -13,8 +13,9 @@ SUB = 1 << 3
 
 _BY_NAME = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
 
-# Permission.ADMIN_CODE (4.9): creating/deleting topics and groups, changing broker config; and, as
-# later versions do, ACL management (4.9 lets any account with a valid signature make itself admin).
+# Permission.ADMIN_CODE (4.9): creating/deleting topics and groups, changing broker config; as later
+# versions do, ACL management (4.9 lets any account with a valid signature make itself admin); and ours,
+# requests that delete stored data or put messages back (4.9 lets any signed account run them).
 ADMIN_CODES = frozenset(
     {
         RequestCode.UPDATE_AND_CREATE_TOPIC,
@@ -27,6 +28,10 @@ ADMIN_CODES = frozenset(
         RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
         RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
         RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
+        RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+        RequestCode.DELETE_EXPIRED_COMMITLOG,
+        RequestCode.CLEAN_UNUSED_TOPIC,
+        RequestCode.RESUME_CHECK_HALF_MESSAGE,
     }
 )
 

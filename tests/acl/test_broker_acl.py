@@ -139,6 +139,10 @@ ATTACKS = {
         lambda: signed(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "mine"})),
         "Need admin permission for request code=17, but accessKey=RocketMQ is not",
     ),
+    "store cleaning by a normal account": (
+        lambda: signed(RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC, {})),
+        "Need admin permission for request code=316, but accessKey=RocketMQ is not",
+    ),
     "ACL change by a normal account": (
         lambda: signed(
             RemotingCommand.request(

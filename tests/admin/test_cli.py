@@ -15,6 +15,8 @@ from twisted.internet.threads import deferToThread
 
 from gateway.admin.cli import main
 from gateway.client import Producer, build_message
+from tests.acl.conftest import PLAIN_ACL_YML
+from tests.acl.test_broker_acl import start_broker
 from tests.client.conftest import Servers, group_name, servers, sleep, wait_until  # noqa: F401
 from tests.client.test_push_consumer import Recorder, push_consumer
 
@@ -149,3 +151,24 @@ def test_entry_points_print_usage() -> None:
     for argv in ([sys.executable, "-m", "gateway.admin", "--help"], [sys.executable, "-m", "gateway", "admin", "-h"]):
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True)
         assert "resetOffsetByTime" in result.stdout and "queryMsgTraceById" in result.stdout
+
+
+@pytest_twisted.ensureDeferred
+async def test_acl_options_sign_the_requests(tmp_path) -> None:
+    """Against a broker with ACL on: an admin account's signature lets updateTopic through; none is refused."""
+    conf = tmp_path / "home" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    broker = await start_broker(tmp_path, aclEnable="true", rocketmqHome=str(tmp_path / "home"))
+    try:
+        addr = broker.config.broker_addr
+        argv = ["updateTopic", "-n", "127.0.0.1:1", "-b", addr, "-t", "SignedTopic"]
+        code, _, err = await deferToThread(_run, argv)
+        assert code == 1 and "No accessKey is configured" in err
+        code, _, err = await deferToThread(_run, [*argv, "--accessKey", "RocketMQ", "--secretKey", "12345678"])
+        assert code == 1 and "Need admin permission" in err
+        code, out, err = await deferToThread(_run, [*argv, "--accessKey", "rocketmq2", "--secretKey", "12345678"])
+        assert code == 0 and f"create topic to {addr} success." in out, err
+        assert broker.topics.select("SignedTopic") is not None
+    finally:
+        await broker.stopService()
