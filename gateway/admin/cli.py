@@ -591,6 +591,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="ACL secret key")
         p.add_argument("--tls", action="store_true", help="connect with TLS")
         p.add_argument("--tlsTrustCertPath", help="verify the servers against this CA file")
+        p.add_argument("--tlsCertPath", help="client certificate, for servers that require one (mutual TLS)")
+        p.add_argument("--tlsKeyPath", help="the client certificate's private key")
         p.add_argument("--timeoutMillis", type=int, default=10000)
         options(p)
     return parser
@@ -612,6 +614,8 @@ def main(argv: list[str] | None = None) -> int:
             tls.load_verify_locations(args.tlsTrustCertPath)
         else:
             tls.verify_mode = ssl.CERT_NONE
+        if args.tlsCertPath:
+            tls.load_cert_chain(args.tlsCertPath, args.tlsKeyPath)
     _, _, run = _COMMANDS[args.command]
     try:
         with AdminExt(

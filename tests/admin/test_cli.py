@@ -11,10 +11,14 @@ import sys
 from typing import Any
 
 import pytest_twisted
+from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
 from gateway.admin.cli import main
+from gateway.broker.config import load_broker_config
+from gateway.broker.controller import BrokerController
 from gateway.client import Producer, build_message
+from gateway.tls import certs
 from tests.acl.conftest import PLAIN_ACL_YML
 from tests.acl.test_broker_acl import start_broker
 from tests.client.conftest import Servers, group_name, servers, sleep, wait_until  # noqa: F401
@@ -170,5 +174,29 @@ async def test_acl_options_sign_the_requests(tmp_path) -> None:
         code, out, err = await deferToThread(_run, [*argv, "--accessKey", "rocketmq2", "--secretKey", "12345678"])
         assert code == 0 and f"create topic to {addr} success." in out, err
         assert broker.topics.select("SignedTopic") is not None
+    finally:
+        await broker.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_tls_options(tmp_path) -> None:
+    """Against a broker that requires mutual TLS: --tls with the CA and a client certificate gets through."""
+    dev = certs.write_dev_pki(tmp_path / "pki")
+    cfg, store_cfg = load_broker_config(
+        None,
+        {"bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1", "listenPort": "0",
+         "storePathRootDir": str(tmp_path / "store")},
+    )  # fmt: skip
+    broker = BrokerController(cfg, store_cfg, reactor, dev.server_properties())
+    broker.startService()
+    try:
+        argv = ["brokerStatus", "-n", "127.0.0.1:1", "-b", cfg.broker_addr, "--json"]
+        code, _, err = await deferToThread(_run, argv)
+        assert code == 1, "a plain connection must not get through"
+        tls = ["--tls", "--tlsTrustCertPath", dev.path("ca.pem"), "--tlsCertPath", dev.path("client.pem"),
+               "--tlsKeyPath", dev.path("client.key")]  # fmt: skip
+        code, out, err = await deferToThread(_run, [*argv, *tls])
+        assert code == 0, err
+        assert json.loads(out)[cfg.broker_addr]["brokerActive"] == "true"
     finally:
         await broker.stopService()
