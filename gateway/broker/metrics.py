@@ -117,6 +117,16 @@ class BrokerCollector:
             latency.add_metric([*values, topic, group], now - oldest)
         yield lag
         yield latency
+        inflight = GaugeMetricFamily(
+            "rocketmq_consumer_inflight_messages", "Messages pulled and not yet committed", labels=[*base, *labels]
+        )
+        held: Counter[tuple[str, str]] = Counter()
+        for (topic, group, queue_id), pulled_to in list(broker.message_counts.pulled_to.items()):
+            committed = broker.offsets.query_offset(group, topic, queue_id)
+            held[(topic, group)] += max(pulled_to - max(committed, 0), 0)
+        for (topic, group), n in held.items():
+            inflight.add_metric([*values, topic, group], n)
+        yield inflight
 
 
 def metrics_site(broker: BrokerController) -> Site:

@@ -42,6 +42,8 @@ class MessageCounts:
         self.messages_out: Counter[tuple[str, str]] = Counter()
         self.bytes_out: Counter[tuple[str, str]] = Counter()
         self.pulls: Counter[tuple[str, str]] = Counter()
+        # (topic, group, queue id) → the offset after the last message pulled (for inflight messages).
+        self.pulled_to: dict[tuple[str, str, int], int] = {}
         # rocketmq_message_size: (topic, message type) → stored record sizes.
         self.sizes = Histograms(MESSAGE_SIZE_BUCKETS)
 
@@ -51,10 +53,11 @@ class MessageCounts:
         self.puts[topic] += 1
         self.sizes.record((topic, _MESSAGE_TYPES.get(topic, "normal")), size / messages)
 
-    def pulled(self, topic: str, group: str, messages: int, size: int) -> None:
+    def pulled(self, topic: str, group: str, queue_id: int, messages: int, size: int, next_offset: int) -> None:
         self.messages_out[(topic, group)] += messages
         self.bytes_out[(topic, group)] += size
         self.pulls[(topic, group)] += 1
+        self.pulled_to[(topic, group, queue_id)] = next_offset
 
 
 @dataclass(frozen=True, slots=True)

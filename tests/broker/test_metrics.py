@@ -74,6 +74,7 @@ async def test_metrics_move_with_sends_pulls_and_commits(tmp_path: Path, remotin
         assert sample(after, "rocketmq_topic_number") >= 1
         assert sample(after, "rocketmq_storage_size") > sample(before, "rocketmq_storage_size")
         assert sample(after, "rocketmq_consumer_lag_latency", **out) > 0
+        assert sample(after, "rocketmq_consumer_inflight_messages", **out) == 6  # 10 pulled, 4 committed
         assert sample(after, "rocketmq_storage_dispatch_behind_bytes") == 0
         # Histograms: every record is a little over 100 bytes; every send answered SUCCESS.
         sizes = {**labels, "message_type": "normal"}

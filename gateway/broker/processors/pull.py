@@ -182,7 +182,12 @@ class PullMessageProcessor:
             response.body_tail = list(result.buffers)
             broker.stats_get(result.message_count)
             broker.message_counts.pulled(
-                header.topic, header.consumer_group, result.message_count, result.buffer_total_size
+                header.topic,
+                header.consumer_group,
+                header.queue_id,
+                result.message_count,
+                result.buffer_total_size,
+                result.next_begin_offset,
             )
         elif code == ResponseCode.PULL_NOT_FOUND and broker_allow_suspend and has_suspend:
             timeout = header.suspend_timeout_millis if cfg.longPollingEnable else cfg.shortPollingTimeMills
