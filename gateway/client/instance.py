@@ -28,6 +28,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.headers import (
     CheckTransactionStateRequestHeader,
+    ConsumeMessageDirectlyResultRequestHeader,
     ConsumerGroupRequestHeader,
     GetConsumerRunningInfoRequestHeader,
     GetConsumerStatusRequestHeader,
@@ -114,6 +115,7 @@ class ClientInstance:
         dispatcher.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._get_consumer_running_info)
         dispatcher.register(RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT, self._get_consumer_status)
         dispatcher.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._reset_offset)
+        dispatcher.register(RequestCode.CONSUME_MESSAGE_DIRECTLY, self._consume_message_directly)
         self.remoting = RemotingClient(reactor, dispatcher)
         if security is not None:
             security.install(self.remoting)
@@ -345,6 +347,21 @@ class ClientInstance:
                 ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
             )
         return request.response(body=fastjson.dumps(consumer.running_info()))
+
+    def _consume_message_directly(self, channel: Any, request: RemotingCommand) -> Any:
+        """A broker hands one message over for the group's listener (ConsumeMessageDirectlyResult)."""
+        group = ConsumeMessageDirectlyResultRequestHeader.decode(request.ext_fields).consumer_group
+        consumer = self._push_consumer(group)
+        if consumer is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
+        try:
+            msg = decode_record(request.body, decompress=True)
+        except RecordError as e:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"bad message: {e}")
+        d = Deferred.fromCoroutine(consumer.consume_message_directly(msg))
+        return d.addCallback(lambda result: request.response(body=fastjson.dumps(result)))
 
     def _get_consumer_status(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
         header = GetConsumerStatusRequestHeader.decode(request.ext_fields)

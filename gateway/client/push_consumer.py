@@ -212,6 +212,27 @@ class PushConsumer(MQAdmin):
             "subscriptionSet": sorted(self.rebalance.subscription_inner.values(), key=lambda s: s.topic),
         }
 
+    async def consume_message_directly(self, msg: MessageExt) -> dict[str, Any]:
+        """Give one message to the listener now, outside any queue (CONSUME_MESSAGE_DIRECTLY, mqadmin's
+        consumeMessage to a client); ConsumeMessageDirectlyResult. Nothing is committed or sent back."""
+        self._reset_retry_topic([msg])
+        started = time.monotonic()
+        result, remark = "CR_RETURN_NULL", None
+        try:
+            status = await maybeDeferred(self.listener, [msg])  # type: ignore[arg-type]
+        except Exception as e:
+            result, remark = "CR_THROW_EXCEPTION", f"{type(e).__name__}: {e}"
+        else:
+            if status is not None:
+                result = "CR_SUCCESS" if status.name in ("CONSUME_SUCCESS", "SUCCESS") else "CR_LATER"
+        return {
+            "autoCommit": True,
+            "consumeResult": result,
+            "order": self.orderly is not None,
+            "remark": remark,
+            "spentTimeMills": int((time.monotonic() - started) * 1000),
+        }
+
     def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
         """The offsets this member holds for ``topic`` (GET_CONSUMER_STATUS_FROM_CLIENT)."""
         return {mq: self.offset_store.read_offset(mq) for mq in self.rebalance.process_queue_table if mq.topic == topic}

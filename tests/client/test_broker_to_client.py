@@ -42,6 +42,16 @@ async def test_running_info_status_and_reset_offset(servers: Servers) -> None:
         assert topic in {s["topic"] for s in info["subscriptionSet"]}
         assert info["properties"]["consumerGroup"] == group
         assert {k["queueId"] for k in info["mqTable"] if k["topic"] == topic} == {0, 1}
+        # One stored message handed straight to this member's listener (by its offsetMsgId).
+        first = recorder.messages[0]
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": first.msg_id}
+        resp = await admin_call(servers, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        direct = fastjson.loads(resp.body)
+        assert (direct["consumeResult"], direct["order"], direct["autoCommit"]) == ("CR_SUCCESS", False, True)
+        assert recorder.counts[first.uniq_key] == 2
+        recorder.counts[first.uniq_key] = 1  # the reset below counts deliveries again
+
         resp = await admin_call(
             servers, RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": group, "clientId": "127.0.0.1@nobody"}
         )
