@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -519,7 +519,7 @@ def print_msg(admin: AdminExt, args: argparse.Namespace) -> Any:
     msgs = admin.messages_in_range(
         args.topic, parse_time(args.beginTimestamp), end, progress=lambda d, n: progress(f"queue {d}/{n} read")
     )
-    return _Messages(list(msgs), args.printBody == "true")
+    return _Messages(msgs, args.printBody == "true")
 
 
 # -- running
@@ -533,7 +533,9 @@ class _Text:
 
 
 class _Messages:
-    def __init__(self, msgs: list[MessageExt], body: bool) -> None:
+    """Messages printed as they are read, so a long range never sits in memory."""
+
+    def __init__(self, msgs: Iterable[MessageExt], body: bool) -> None:
         self.msgs, self.body = msgs, body
 
 
@@ -548,12 +550,16 @@ def _emit(result: Any, as_json: bool) -> None:
         return
     if isinstance(result, _Messages) or (isinstance(result, list) and result and isinstance(result[0], MessageExt)):
         msgs, body = (result.msgs, result.body) if isinstance(result, _Messages) else (result, True)
+        count = 0
         if as_json:
-            print(json.dumps([message_json(m, body) for m in msgs], indent=2))
-        else:
-            for m in msgs:
+            print("[")
+        for m in msgs:
+            if as_json:
+                print(("," if count else "") + json.dumps(message_json(m, body), indent=2))
+            else:
                 print_message(m, body)
-            print(f"{len(msgs)} message(s)")
+            count += 1
+        print("]" if as_json else f"{count} message(s)")
         return
     if isinstance(result, tuple):
         rows, headers, *tail = result
