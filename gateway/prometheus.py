@@ -32,14 +32,14 @@ def rpc_latency_family(base: Labels, latency: Histograms) -> HistogramMetricFami
     extra = ("protocol_type", "request_code", "response_code", "is_long_polling", "result")
     family = HistogramMetricFamily("rocketmq_rpc_latency", "Request latency in ms", labels=[*base, *extra])
     for key in list(latency.table):
-        request_code, response_code, oneway = key
+        request_code, response_code, oneway, long_polling = key
         buckets, total = latency.cumulative(key)
         labels = [
             *base.values(),
             "remoting",
             _code_name(RequestCode, request_code),
             _code_name(ResponseCode, response_code),
-            "false",  # a held pull is answered outside the dispatcher and not counted here
+            "true" if long_polling else "false",
             "oneway" if oneway else "success",
         ]
         family.add_metric(labels, buckets, total)

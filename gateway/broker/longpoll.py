@@ -7,6 +7,7 @@ nothing is there.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,12 +26,14 @@ class PullRequest:
     # (tags_code) -> bool; None matches everything.
     message_filter: Callable[[int], bool] | None
     timer: Any = field(default=None)
+    # When the pull arrived (time.perf_counter), for its latency once answered.
+    since: float = field(default_factory=time.perf_counter)
 
 
 class PullRequestHoldService:
-    """Held pulls keyed by ``topic@queueId``; ``execute(channel, request)`` re-runs one and writes its answer."""
+    """Held pulls keyed by ``topic@queueId``; ``execute(pull_request)`` re-runs one and writes its answer."""
 
-    def __init__(self, clock: Any, execute: Callable[[RemotingProtocol, RemotingCommand], None]) -> None:
+    def __init__(self, clock: Any, execute: Callable[[PullRequest], None]) -> None:
         self.clock = clock
         self.execute = execute
         self.table: dict[str, list[PullRequest]] = {}
@@ -59,7 +62,7 @@ class PullRequestHoldService:
 
     def _run(self, pr: PullRequest) -> None:
         if pr.channel.connected_:
-            self.execute(pr.channel, pr.request)
+            self.execute(pr)
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None) -> None:
         """A message reached the consume queue: wake the held pulls it can satisfy."""

@@ -40,7 +40,7 @@ class RequestDispatcher:
         self.answer_unknown = answer_unknown
         self.on_channel_closed: list[Callable[[RemotingProtocol], None]] = []
         self.on_channel_opened: list[Callable[[RemotingProtocol], None]] = []
-        # Set to count rocketmq_rpc_latency: (request code, response code, oneway) → milliseconds.
+        # Set to count rocketmq_rpc_latency: (request code, response code, oneway, long polling) → ms.
         self.rpc_latency: Histograms | None = None
 
     def without(self, codes: set[int]) -> RequestDispatcher:
@@ -117,15 +117,24 @@ class RequestDispatcher:
     ) -> None:
         if response is None:
             return
-        latency = self.rpc_latency
-        if latency is not None:
-            code = request.code if request.code in self._handlers else UNKNOWN_CODE
-            latency.record((code, response.code, request.is_oneway), (time.perf_counter() - start) * 1000)
+        if self.rpc_latency is not None:
+            self.count_latency(request, response, start)
         if request.is_oneway:
             return
         response.opaque = request.opaque
         response.flag |= 1
         channel.send_command(response)
+
+    def count_latency(
+        self, request: RemotingCommand, response: RemotingCommand, start: float, long_polling: bool = False
+    ) -> None:
+        """Count one answered request in ``rpc_latency`` (if set): ``start`` is its ``time.perf_counter()``
+        on arrival; ``long_polling`` for a pull answered after being held."""
+        latency = self.rpc_latency
+        if latency is not None:
+            code = request.code if request.code in self._handlers else UNKNOWN_CODE
+            key = (code, response.code, request.is_oneway, long_polling)
+            latency.record(key, (time.perf_counter() - start) * 1000)
 
     def _failed(self, channel: RemotingProtocol, request: RemotingCommand, failure: Any, start: float) -> None:
         log.failure("processor failed for request code {code}", failure, code=request.code)

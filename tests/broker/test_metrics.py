@@ -88,6 +88,16 @@ async def test_metrics_move_with_sends_pulls_and_commits(tmp_path: Path, remotin
         await broker.call(RemotingCommand.request(8888, {}))
         unknown = {"request_code": "unknown", "response_code": "request_code_not_supported"}
         assert sample(await scrape(broker), "rocketmq_rpc_latency_count", **unknown) == 2  # one series for all
+        # A pull held by long polling and answered when it times out (PULL_NOT_FOUND) after about 0.3 s.
+        held = await broker.call(
+            pull_request("Metered", 0, 10, suspend=True, sub="*", group="metered_cg", timeout_ms=300)
+        )
+        assert held.code == ResponseCode.PULL_NOT_FOUND
+        polled = {"request_code": "pull_message", "response_code": "pull_not_found", "is_long_polling": "true"}
+        samples = await scrape(broker)
+        assert sample(samples, "rocketmq_rpc_latency_count", **polled) == 1
+        assert sample(samples, "rocketmq_rpc_latency_bucket", **polled, le="100.0") == 0
+        assert sample(samples, "rocketmq_rpc_latency_bucket", **polled, le="1000.0") == 1
     finally:
         await broker.stop()
 

@@ -52,10 +52,12 @@ class PullMessageProcessor:
     def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
         return self.process_request(channel, request, broker_allow_suspend=True)
 
-    def execute_held(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
+    def execute_held(self, held: PullRequest) -> None:
         """Re-run a held pull and write its answer (called by the hold service)."""
+        channel, request = held.channel, held.request
         response = self.process_request(channel, request, broker_allow_suspend=False)
         if response is not None:
+            self.broker.dispatcher.count_latency(request, response, held.since, long_polling=True)
             response.opaque = request.opaque
             channel.send_command(response)
 
