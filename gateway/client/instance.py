@@ -338,14 +338,16 @@ class ClientInstance:
         consumer = self.consumers.get(group)
         return consumer if hasattr(consumer, "running_info") else None
 
+    @staticmethod
+    def _no_group(request: RemotingCommand, group: str) -> RemotingCommand:
+        return request.response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+
     def _get_consumer_running_info(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
         """mqadmin consumerStatus through the broker: this member's ConsumerRunningInfo."""
         group = GetConsumerRunningInfoRequestHeader.decode(request.ext_fields).consumer_group
         consumer = self._push_consumer(group)
         if consumer is None:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
-            )
+            return self._no_group(request, group)
         return request.response(body=fastjson.dumps(consumer.running_info()))
 
     def _consume_message_directly(self, channel: Any, request: RemotingCommand) -> Any:
@@ -353,9 +355,7 @@ class ClientInstance:
         group = ConsumeMessageDirectlyResultRequestHeader.decode(request.ext_fields).consumer_group
         consumer = self._push_consumer(group)
         if consumer is None:
-            return request.response(
-                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
-            )
+            return self._no_group(request, group)
         try:
             msg = decode_record(request.body, decompress=True)
         except RecordError as e:
