@@ -66,6 +66,8 @@ class PullRequestHoldService:
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None) -> None:
         """A message reached the consume queue: wake the held pulls it can satisfy."""
+        if not self.table:  # nobody waits (every send of a producer-only load)
+            return
         key = self._key(topic, queue_id)
         held = self.table.get(key)
         if not held:

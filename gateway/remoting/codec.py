@@ -71,7 +71,7 @@ def decode_json_header(data: bytes) -> RemotingCommand:
             raise ProtocolError("extFields is not an object")
         # Java peers send strings only (checked in C); the C++ client sends some numbers.
         if set(map(type, ext.values())) - _STR_ONLY:
-            ext = {k: _ext_value(v) for k, v in ext.items() if v is not None}
+            ext = _ext_strings(ext)
     language = obj.get("language", "JAVA")
     if type(language) is not str:
         language = _LANGUAGE_NAMES.get(language, "OTHER") if type(language) is int else "OTHER"
@@ -95,8 +95,10 @@ def decode_json_header(data: bytes) -> RemotingCommand:
 def encode_json_header(cmd: RemotingCommand) -> bytes:
     """fastjson's form: alphabetical keys, nulls omitted, every ext value a string."""
     obj: dict[str, object] = {"code": cmd.code}
-    if cmd.ext_fields is not None:
-        obj["extFields"] = {k: _ext_value(v) for k, v in cmd.ext_fields.items() if v is not None}
+    ext = cmd.ext_fields
+    if ext is not None:
+        # Usually all strings already (every send answer): then the dict goes out as it is.
+        obj["extFields"] = ext if not set(map(type, ext.values())) - _STR_ONLY else _ext_strings(ext)
     obj["flag"] = cmd.flag
     obj["language"] = cmd.language
     obj["opaque"] = cmd.opaque
@@ -105,6 +107,10 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     obj["serializeTypeCurrentRPC"] = "JSON"
     obj["version"] = cmd.version
     return orjson.dumps(obj)
+
+
+def _ext_strings(ext: dict[str, object]) -> dict[str, str]:
+    return {k: _ext_value(v) for k, v in ext.items() if v is not None}
 
 
 def decode_rocketmq_header(data: bytes) -> RemotingCommand:
