@@ -196,7 +196,7 @@ def _cluster(broker: BrokerController, request: Request) -> Deferred[bytes]:
             + error
             + _table(("cluster", "broker name", "broker id", "role", "address"), rows)
             + "<h2>This broker</h2>"
-            + _table(("", ""), this)
+            + _table(("figure", "value"), this)
         )
         return _page(broker, "Cluster", content)
 
@@ -293,7 +293,7 @@ def _message_html(m: MessageExt) -> str:
     ]
     body = m.body[:_BODY_SHOWN].decode("utf-8", "replace")
     more = f" ({len(m.body)} bytes, first {_BODY_SHOWN} shown)" if len(m.body) > _BODY_SHOWN else ""
-    return _table(("", ""), rows) + f"<p>Body{_e(more)}:</p><pre>{_e(body)}</pre>"
+    return _table(("field", "value"), rows) + f"<p>Body{_e(more)}:</p><pre>{_e(body)}</pre>"
 
 
 def _message(broker: BrokerController, request: Request) -> bytes:
