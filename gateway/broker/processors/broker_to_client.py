@@ -90,7 +90,7 @@ class BrokerToClientProcessor:
                 f"Timestamp: {h.timestamp}",
             )
         push = ResetOffsetRequestHeader(topic=h.topic, group=h.group, timestamp=h.timestamp, is_force=False).encode()
-        push.pop("isForce")  # Broker2Client sets topic, group and timestamp only
+        # Java's header carries isForce too (false, a primitive): the C++ client reads every field.
         # C++ clients read a list of queues with offsets (ResetOffsetBodyForC); the others a map.
         body_c = fastjson.dumps({"offsetTable": [{**mq.to_json(), "offset": offset} for mq, offset in table.items()]})
         body = fastjson.dumps({"offsetTable": table})
