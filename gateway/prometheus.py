@@ -7,6 +7,7 @@ from typing import Any
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.twisted import MetricsResource
+from twisted.logger import Logger
 from twisted.web.pages import notFound
 from twisted.web.resource import Resource
 from twisted.web.server import Site
@@ -15,6 +16,7 @@ from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.rpc_latency import UNKNOWN_CODE, Histograms
 
 Labels = dict[str, str]
+log = Logger()
 
 
 def _code_name(enum: Any, code: int) -> str:
@@ -55,6 +57,16 @@ def gauge(base: Labels, name: str, doc: str, value: float) -> GaugeMetricFamily:
 class _Root(Resource):
     def getChild(self, path: bytes, request: Any) -> Resource:
         return notFound()  # /favicon.ico and the like
+
+
+def listen(reactor: Any, config: Any, site: Site) -> Any:
+    """Serve ``site`` on ``metricsPromExporterHost`` (default ``bindAddress``) : ``metricsPromExporterPort`` of
+    ``config`` (a broker's or a NameServer's); the port chosen for 0 is written back. The listening port."""
+    interface = config.metricsPromExporterHost or config.bindAddress
+    port = reactor.listenTCP(config.metricsPromExporterPort, site, interface=interface)
+    config.metricsPromExporterPort = port.getHost().port
+    log.info("metrics on http://{host}:{port}/metrics", host=interface, port=config.metricsPromExporterPort)
+    return port
 
 
 def metrics_site(collector: Any, children: dict[bytes, Resource] | None = None) -> Site:

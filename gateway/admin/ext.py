@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gateway.acl.signer import SessionCredentials
@@ -113,21 +113,12 @@ class AdminExt:
         info = self.cluster_info()
         names = info.get("clusterAddrTable", {}).get(cluster, []) if cluster else info.get("brokerAddrTable", {})
         table = info.get("brokerAddrTable", {})
-        out = {}
-        for name in sorted(names):
-            addrs = {int(k): v for k, v in table.get(name, {}).get("brokerAddrs", {}).items()}
-            if MASTER_ID in addrs:
-                out[name] = addrs[MASTER_ID]
-        return out
+        return _masters(table.get(name, {}) for name in sorted(names))
 
-    def route_masters(self, topic: str) -> dict[str, str]:
-        """brokerName → master address of the brokers that host ``topic``."""
-        out = {}
-        for bd in self.topic_route(topic).get("brokerDatas", []):
-            addrs = {int(k): v for k, v in bd.get("brokerAddrs", {}).items()}
-            if MASTER_ID in addrs:
-                out[bd["brokerName"]] = addrs[MASTER_ID]
-        return dict(sorted(out.items()))
+    def route_masters(self, topic: str, route: dict[str, Any] | None = None) -> dict[str, str]:
+        """brokerName → master address of the brokers that host ``topic`` (from ``route`` when given)."""
+        route = route if route is not None else self.topic_route(topic)
+        return dict(sorted(_masters(route.get("brokerDatas", [])).items()))
 
     # -- broker
 
@@ -189,11 +180,14 @@ class AdminExt:
         """Every message of ``topic`` stored between ``begin`` and ``end`` (ms), queue by queue; ``progress``
         gets (queues done, queues in all)."""
         end = end if end is not None else int(time.time() * 1000) + 60_000
-        queues = []
-        for name, addr in self.route_masters(topic).items():
-            for qd in self.topic_route(topic).get("queueDatas", []):
-                if qd["brokerName"] == name:
-                    queues.extend((addr, q) for q in range(qd["readQueueNums"]))
+        route = self.topic_route(topic)
+        masters = self.route_masters(topic, route)
+        queues = [
+            (masters[qd["brokerName"]], q)
+            for qd in sorted(route.get("queueDatas", []), key=lambda qd: qd["brokerName"])
+            if qd["brokerName"] in masters
+            for q in range(qd["readQueueNums"])
+        ]
         for done, (addr, queue_id) in enumerate(queues):
             low, high = self.queue_offsets(addr, topic, queue_id)
             if begin > 0:
@@ -242,3 +236,13 @@ class AdminExt:
             except AdminError as e:
                 out[name] = {"error": str(e)}
         return out
+
+
+def _masters(broker_datas: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """brokerName → master address (broker id 0) of BrokerData objects as JSON gives them."""
+    out = {}
+    for bd in broker_datas:
+        addrs = {int(k): v for k, v in bd.get("brokerAddrs", {}).items()}
+        if MASTER_ID in addrs:
+            out[bd["brokerName"]] = addrs[MASTER_ID]
+    return out

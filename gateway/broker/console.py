@@ -238,17 +238,18 @@ def _topics(broker: BrokerController, request: Request) -> bytes:
 
 
 def _groups(broker: BrokerController, request: Request) -> bytes:
-    store = broker.store
-    offsets = broker.offsets
     group = _arg(request, "group")
+    # One pass over the offset table: group → its committed queues.
+    committed: dict[str, list[tuple[str, int]]] = {}
+    for key, queues in broker.offsets.offset_table.items():
+        topic, _, g = key.rpartition("@")
+        committed.setdefault(g, []).extend((topic, qid) for qid in queues)
 
     def lag_rows(g: str) -> list[tuple[Any, ...]]:
         rows = []
-        for topic in sorted(offsets.topics_of_group(g)):
-            for qid, consumed in sorted(offsets.offset_table.get(f"{topic}@{g}", {}).items()):
-                high = max(store.get_max_offset_in_queue(topic, qid), 0)
-                last = store.get_message_store_timestamp(topic, qid, consumed - 1) if consumed > 0 else 0
-                rows.append((topic, qid, high, consumed, max(high - consumed, 0), _ms(last)))
+        for topic, qid in sorted(committed.get(g, ())):
+            high, consumed, last = broker.consume_progress(g, topic, qid)
+            rows.append((topic, qid, high, consumed, max(high - consumed, 0), _ms(last)))
         return rows
 
     if group:
@@ -262,7 +263,7 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
             + _table(("client id", "address", "language", "version"), clients)
         )
         return _page(broker, f"Consumer group {group}", content)
-    names = sorted(set(broker.groups.table) | {k.rpartition("@")[2] for k in offsets.offset_table})
+    names = sorted(set(broker.groups.table) | set(committed))
     rows = []
     for g in names:
         cg = broker.consumers.get(g)

@@ -15,6 +15,7 @@ from twisted.internet import defer, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
+from gateway import prometheus
 from gateway.acl.admin import acl_disabled_handlers
 from gateway.acl.broker_acl import BrokerAcl
 from gateway.persist import StateFileError, corrupt_state_files
@@ -163,8 +164,6 @@ class BrokerController(service.Service):
         self._role_loops: list[task.LoopingCall] = []
         self._registered: defer.Deferred[Any] = defer.succeed(None)
         self.boot_timestamp = int(time.time() * 1000)
-        self.put_total = 0
-        self.get_total = 0
         self._tps_window = (time.monotonic(), 0, 0)
         self._tps = (0.0, 0.0)
 
@@ -305,12 +304,7 @@ class BrokerController(service.Service):
         cfg = self.config
         if cfg.metricsExporterType.upper() != "PROM":
             return
-        port = self.reactor.listenTCP(
-            cfg.metricsPromExporterPort, metrics_site(self), interface=cfg.metricsPromExporterHost or cfg.bindAddress
-        )
-        self.ports.append(port)
-        cfg.metricsPromExporterPort = port.getHost().port  # the one chosen when 0 was asked
-        log.info("metrics on http://{host}:{port}/metrics", host=port.getHost().host, port=cfg.metricsPromExporterPort)
+        self.ports.append(prometheus.listen(self.reactor, cfg, metrics_site(self)))
 
     def _start_ha(self, configured_port: int) -> None:
         """Listen for slaves on listenPort + 1 (ephemeral with an ephemeral listenPort); a slave also follows."""
@@ -402,19 +396,38 @@ class BrokerController(service.Service):
             host = channel.attributes["born_host"] = pack_host(channel.peer_host or "127.0.0.1", channel.peer_port)
         return host
 
-    def stats_put(self, topic: str, n: int, size: int) -> None:
-        self.put_total += n
-        self.message_counts.put(topic, n, size)
+    @property
+    def put_total(self) -> int:
+        """Messages stored since start."""
+        return self.message_counts.total_in
 
-    def stats_get(self, n: int) -> None:
-        self.get_total += n
+    @property
+    def get_total(self) -> int:
+        """Messages pulled since start."""
+        return self.message_counts.total_out
 
     def _update_tps(self) -> None:
         now = time.monotonic()
         t0, put0, get0 = self._tps_window
         dt = max(now - t0, 1e-6)
-        self._tps = ((self.put_total - put0) / dt, (self.get_total - get0) / dt)
-        self._tps_window = (now, self.put_total, self.get_total)
+        put, got = self.put_total, self.get_total
+        self._tps = ((put - put0) / dt, (got - get0) / dt)
+        self._tps_window = (now, put, got)
+
+    def consume_progress(self, group: str, topic: str, queue_id: int) -> tuple[int, int, int]:
+        """(broker offset, committed offset, store time of the last message consumed or 0) of one queue, as
+        consumerProgress shows it; offsets never below 0."""
+        store = self.store
+        broker_offset = max(store.get_max_offset_in_queue(topic, queue_id), 0)
+        consumed = max(self.offsets.query_offset(group, topic, queue_id), 0)
+        last = max(store.get_message_store_timestamp(topic, queue_id, consumed - 1), 0) if consumed > 0 else 0
+        return broker_offset, consumed, last
+
+    def subscribes(self, group: str, topic: str) -> bool:
+        """False when ``group`` is online with subscriptions that leave ``topic`` out (Java's
+        findSubscriptionDataCount > 0 and no findSubscriptionData): its offsets there are stale."""
+        cg = self.consumers.get(group)
+        return cg is None or not cg.subscription_table or cg.find_subscription(topic) is not None
 
     def dispatch_behind(self) -> int:
         """Commitlog bytes not yet in the consume queues: a master dispatches as it appends; a slave may hold

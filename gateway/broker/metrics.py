@@ -23,6 +23,7 @@ from twisted.web.util import Redirect
 from gateway import prometheus
 
 from .console import ConsoleResource
+from .stats import message_type
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -59,9 +60,9 @@ class BrokerCollector:
         sizes = family(
             HistogramMetricFamily, "rocketmq_message_size", "Stored message sizes in bytes", ("topic", "message_type")
         )
-        for key in list(counts.sizes.table):
-            buckets, total = counts.sizes.cumulative(key)
-            sizes.add_metric([*values, *key], buckets, total)
+        for topic in list(counts.sizes.table):
+            buckets, total = counts.sizes.cumulative(topic)
+            sizes.add_metric([*values, topic, message_type(topic)], buckets, total)
         yield sizes
         labels = ("topic", "consumer_group")
         m_out = family(CounterMetricFamily, "rocketmq_messages_out", "Messages pulled, by topic and group", labels)

@@ -27,31 +27,49 @@ SAMPLE_SECONDS = 10.0
 # RocketMQ 5's message_type label, by the topic a message is stored in (the real topic of a delayed or
 # transactional message is in its properties, which the counting does not read).
 _MESSAGE_TYPES = {SCHEDULE_TOPIC: "delay", TRANS_HALF_TOPIC: "transaction"}
-# (name, samples kept, sample every N ticks): a minute of 10 s samples, an hour of 10 min, a day of hours.
 _HISTORY_SAMPLES = 181  # half an hour of 10 s samples
+# (name, samples kept, sample every N ticks): a minute of 10 s samples, an hour of 10 min, a day of hours.
 _WINDOWS = (("statsMinute", 7, 1), ("statsHour", 7, 60), ("statsDay", 25, 360))
 
 
+def message_type(topic: str) -> str:
+    """RocketMQ 5's ``message_type`` label of what is stored in ``topic``."""
+    return _MESSAGE_TYPES.get(topic, "normal")
+
+
 class MessageCounts:
-    """Messages and bytes put per topic and pulled per (topic, group), with how many requests carried them."""
+    """Messages and bytes put per topic and pulled per (topic, group), with how many requests carried them.
+
+    The send path pays for three updates: messages, bytes and the size histogram, whose count per topic is
+    also how many puts carried the topic's messages."""
 
     def __init__(self) -> None:
         self.messages_in: Counter[str] = Counter()
         self.bytes_in: Counter[str] = Counter()
-        self.puts: Counter[str] = Counter()
         self.messages_out: Counter[tuple[str, str]] = Counter()
         self.bytes_out: Counter[tuple[str, str]] = Counter()
         self.pulls: Counter[tuple[str, str]] = Counter()
         # (topic, group, queue id) → the offset after the last message pulled (for inflight messages).
         self.pulled_to: dict[tuple[str, str, int], int] = {}
-        # rocketmq_message_size: (topic, message type) → stored record sizes.
+        # rocketmq_message_size: topic → stored record sizes, one sample a put.
         self.sizes = Histograms(MESSAGE_SIZE_BUCKETS)
 
     def put(self, topic: str, messages: int, size: int) -> None:
         self.messages_in[topic] += messages
         self.bytes_in[topic] += size
-        self.puts[topic] += 1
-        self.sizes.record((topic, _MESSAGE_TYPES.get(topic, "normal")), size / messages)
+        self.sizes.record(topic, size / messages)
+
+    def puts(self, topic: str) -> int:
+        """How many puts stored messages in ``topic``."""
+        return self.sizes.count(topic)
+
+    @property
+    def total_in(self) -> int:
+        return sum(self.messages_in.values())
+
+    @property
+    def total_out(self) -> int:
+        return sum(self.messages_out.values())
 
     def pulled(self, topic: str, group: str, queue_id: int, messages: int, size: int, next_offset: int) -> None:
         self.messages_out[(topic, group)] += messages
@@ -88,7 +106,7 @@ class BrokerStatsManager:
         table: dict[tuple[str, str], tuple[int, int]] = {}
         put_n = put_t = get_n = get_t = 0
         for topic, n in c.messages_in.items():
-            times = c.puts[topic]
+            times = c.puts(topic)
             table[(TOPIC_PUT_NUMS, topic)] = (n, times)
             table[(TOPIC_PUT_SIZE, topic)] = (c.bytes_in[topic], times)
             put_n += n

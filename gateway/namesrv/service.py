@@ -111,15 +111,12 @@ class NamesrvController(Service):
         if self.controller is not None:
             self.controller.startService()
         if self.dispatcher.rpc_latency is not None:
-            from .metrics import metrics_site  # prometheus-client only when asked for
+            # prometheus-client only when asked for
+            from gateway import prometheus
 
-            cfg = self.config
-            interface = cfg.metricsPromExporterHost or cfg.bindAddress
-            self._metrics_port = self.reactor.listenTCP(
-                cfg.metricsPromExporterPort, metrics_site(self), interface=interface
-            )
-            cfg.metricsPromExporterPort = self._metrics_port.getHost().port
-            log.info("metrics on http://{host}:{port}/metrics", host=interface, port=cfg.metricsPromExporterPort)
+            from .metrics import metrics_site
+
+            self._metrics_port = prometheus.listen(self.reactor, self.config, metrics_site(self))
         host = self._listening.getHost()
         log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port, console=True)
         self._first_scan = self.clock.callLater(

@@ -28,6 +28,11 @@ class Histograms:
         entry[0][bisect_left(self.buckets, value)] += 1
         entry[1][0] += value
 
+    def count(self, key: Hashable) -> int:
+        """Samples recorded under ``key``."""
+        entry = self.table.get(key)
+        return sum(entry[0]) if entry is not None else 0
+
     def cumulative(self, key: Hashable) -> tuple[list[tuple[str, int]], float]:
         """Prometheus' form of one histogram: (upper bound, samples at or below it) with ``+Inf``, and the sum."""
         counts, total = self.table[key]

@@ -648,8 +648,7 @@ class DefaultMessageStore:
         topic_dir = store_child(self.config.consume_queue_root, topic)
         keys = [key for key in self.consume_queue_table if key[0] == topic]
         for key in keys:
-            self.consume_queue_table.pop(key).destroy()
-            self.commit_log.topic_queue_table.pop(key, None)
+            self._drop_consume_queue(key)
         with contextlib.suppress(OSError):  # not empty: something else lives there
             os.rmdir(topic_dir)
         return len(keys)
@@ -660,9 +659,13 @@ class DefaultMessageStore:
         min_offset = self.get_min_phy_offset()
         expired = [key for key, cq in self.consume_queue_table.items() if 0 <= cq.max_physic_offset < min_offset]
         for key in expired:
-            self.consume_queue_table.pop(key).destroy()
-            self.commit_log.topic_queue_table.pop(key, None)
+            self._drop_consume_queue(key)
         return len(expired)
+
+    def _drop_consume_queue(self, key: tuple[str, int]) -> None:
+        """Delete one consume queue (its files too) and forget its next offset."""
+        self.consume_queue_table.pop(key).destroy()
+        self.commit_log.topic_queue_table.pop(key, None)
 
     def delete_topics(self, topics: Iterable[str]) -> int:
         """Delete the consume queues of ``topics``; returns how many queues went.  Their records stay in the

@@ -21,6 +21,7 @@ from gateway.remoting.headers import (
     ConsumerGroupRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
+    GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     OffsetResponseHeader,
@@ -80,6 +81,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_BROKER_HA_STATUS: self.get_broker_ha_status,
             RequestCode.GET_TOPIC_STATS_INFO: self.get_topic_stats_info,
             RequestCode.GET_CONSUME_STATS: self.get_consume_stats,
+            RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.get_consumer_connection_list,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
@@ -262,7 +264,7 @@ class AdminBrokerProcessor:
         get_tps = f"{broker.get_tps():.2f} {broker.get_tps():.2f} {broker.get_tps():.2f}"
         counts = broker.message_counts
         put_size = sum(counts.bytes_in.values())
-        put_times = sum(counts.puts.values())
+        put_times = sum(counts.puts(topic) for topic in list(counts.messages_in))
         root = broker.store_config.storePathRootDir
         usage = shutil.disk_usage(root)
         disk_ratio = f"{broker.disk_ratio()}"
@@ -347,29 +349,60 @@ class AdminBrokerProcessor:
 
     def get_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
-        store = broker.store
         h = GetConsumeStatsRequestHeader.decode(request.ext_fields)
         topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of_group(h.consumer_group))
-        cg = broker.consumers.get(h.consumer_group)
 
         def rows() -> Iterator[tuple[MessageQueue, dict[str, int]]]:
             for topic in topics:
                 tc = broker.topics.select(topic)
-                if tc is None:
-                    continue
-                if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
+                if tc is None or not broker.subscribes(h.consumer_group, topic):
                     continue
                 for qid in range(tc.read_queue_nums):
-                    broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
-                    consumer_offset = max(broker.offsets.query_offset(h.consumer_group, topic, qid), 0)
-                    last = (
-                        store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                    )
                     mq = MessageQueue(topic, broker.config.brokerName, qid)
-                    yield mq, {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last}
+                    yield mq, _offset_row(*broker.consume_progress(h.consumer_group, topic, qid))
 
         tps = sum(broker.stats.tps(GROUP_GET_NUMS, f"{topic}@{h.consumer_group}") for topic in topics)
         return self._offset_table(request, b'"consumeTps":%s,' % orjson.dumps(float(tps)), rows())
+
+    def get_broker_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> Deferred[Any]:
+        """ConsumeStatsList: for every subscription group, the ConsumeStats of each topic it has offsets for
+        (only ordered topics with ``isOrder``), and the broker's total lag; walked in short slices of reactor
+        time, as the other offset tables are."""
+        broker = self.broker
+        h = GetConsumeStatsInBrokerHeader.decode(request.ext_fields)
+        topics_by_group: dict[str, set[str]] = {}
+        for key in list(broker.offsets.offset_table):
+            topic, _, group = key.rpartition("@")
+            topics_by_group.setdefault(group, set()).add(topic)
+        per_group: list[dict[str, list[dict[str, Any]]]] = []
+        total_diff = 0
+
+        def steps() -> Iterator[None]:
+            nonlocal total_diff
+            for group in list(broker.groups.table):
+                stats_list: list[dict[str, Any]] = []
+                for topic in sorted(topics_by_group.get(group, ())):
+                    tc = broker.topics.select(topic)
+                    if tc is None or (h.is_order and not tc.order) or not broker.subscribes(group, topic):
+                        continue
+                    table = {}
+                    for qid in range(tc.write_queue_nums):
+                        broker_offset, consumed, last = broker.consume_progress(group, topic, qid)
+                        table[MessageQueue(topic, broker.config.brokerName, qid)] = _offset_row(
+                            broker_offset, consumed, last
+                        )
+                        total_diff += broker_offset - consumed
+                        yield
+                    tps = broker.stats.tps(GROUP_GET_NUMS, f"{topic}@{group}")
+                    stats_list.append({"consumeTps": tps, "offsetTable": table})
+                per_group.append({group: stats_list})
+                yield
+
+        def answer(_: Any) -> RemotingCommand:
+            body = {"brokerAddr": broker.config.broker_addr, "consumeStatsList": per_group, "totalDiff": total_diff}
+            return request.response(body=fastjson.dumps(body))
+
+        return self._cooperator.cooperate(steps()).whenDone().addCallback(answer)
 
     def _offset_table(
         self, request: RemotingCommand, head: bytes, rows: Iterator[tuple[MessageQueue, dict[str, int]]]
@@ -463,6 +496,11 @@ class AdminBrokerProcessor:
 def _success_when(written: Deferred[None], request: RemotingCommand) -> Deferred[RemotingCommand]:
     """SUCCESS once a config change is on disk: Apache answers these admin requests after persisting."""
     return written.addCallback(lambda _: request.response(ResponseCode.SUCCESS))
+
+
+def _offset_row(broker_offset: int, consumer_offset: int, last_timestamp: int) -> dict[str, int]:
+    """OffsetWrapper, as fastjson writes it."""
+    return {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": last_timestamp}
 
 
 def _human_bytes(n: int) -> str:

@@ -1,5 +1,5 @@
 """Consumption statistics and offset tools for mqadmin, rocketmq-exporter and the Dashboard (the read-mostly
-half of AdminBrokerProcessor): VIEW_BROKER_STATS_DATA, GET_BROKER_CONSUME_STATS, QUERY_CONSUME_TIME_SPAN,
+half of AdminBrokerProcessor): VIEW_BROKER_STATS_DATA, QUERY_CONSUME_TIME_SPAN,
 QUERY_CONSUME_QUEUE, QUERY_CORRECTION_OFFSET, CLONE_GROUP_OFFSET and GET_ALL_PRODUCER_INFO."""
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import (
     CloneGroupOffsetRequestHeader,
-    GetConsumeStatsInBrokerHeader,
     QueryConsumeQueueRequestHeader,
     QueryConsumeTimeSpanRequestHeader,
     QueryCorrectionOffsetHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-
-from ..stats import GROUP_GET_NUMS
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -41,7 +38,6 @@ class AdminStatsProcessor:
     def handlers(self) -> dict[int, Any]:
         return {
             RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats_data,
-            RequestCode.GET_BROKER_CONSUME_STATS: self.get_broker_consume_stats,
             RequestCode.QUERY_CONSUME_TIME_SPAN: self.query_consume_time_span,
             RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
             RequestCode.QUERY_CORRECTION_OFFSET: self.query_correction_offset,
@@ -58,39 +54,6 @@ class AdminStatsProcessor:
         if data is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
         return request.response(body=fastjson.dumps(data))
-
-    def get_broker_consume_stats(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
-        """ConsumeStatsList: for every subscription group, the ConsumeStats of each topic it has offsets for
-        (only ordered topics with ``isOrder``), and the broker's total lag."""
-        broker = self.broker
-        store = broker.store
-        h = GetConsumeStatsInBrokerHeader.decode(request.ext_fields)
-        per_group: list[dict[str, list[dict[str, Any]]]] = []
-        total_diff = 0
-        for group in list(broker.groups.table):
-            stats_list: list[dict[str, Any]] = []
-            cg = broker.consumers.get(group)
-            for topic in sorted(broker.offsets.topics_of_group(group)):
-                tc = broker.topics.select(topic)
-                if tc is None or (h.is_order and not tc.order):
-                    continue
-                if cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
-                    continue
-                table = {}
-                for qid in range(tc.write_queue_nums):
-                    broker_offset = max(store.get_max_offset_in_queue(topic, qid), 0)
-                    consumer_offset = max(broker.offsets.query_offset(group, topic, qid), 0)
-                    row = {"brokerOffset": broker_offset, "consumerOffset": consumer_offset, "lastTimestamp": 0}
-                    if consumer_offset > 0:
-                        last = store.get_message_store_timestamp(topic, qid, consumer_offset - 1)
-                        row["lastTimestamp"] = max(last, 0)
-                    total_diff += broker_offset - consumer_offset
-                    table[self._mq(topic, qid)] = row
-                tps = broker.stats.tps(GROUP_GET_NUMS, f"{topic}@{group}")
-                stats_list.append({"consumeTps": tps, "offsetTable": table})
-            per_group.append({group: stats_list})
-        body = {"brokerAddr": broker.config.broker_addr, "consumeStatsList": per_group, "totalDiff": total_diff}
-        return request.response(body=fastjson.dumps(body))
 
     def query_consume_time_span(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         broker = self.broker
@@ -185,11 +148,8 @@ class AdminStatsProcessor:
         broker = self.broker
         h = CloneGroupOffsetRequestHeader.decode(request.ext_fields)
         topics = [h.topic] if h.topic else sorted(broker.offsets.topics_of_group(h.src_group))
-        cg = broker.consumers.get(h.src_group)
         for topic in topics:
-            if broker.topics.select(topic) is None:
-                continue
-            if not h.offline and cg is not None and cg.subscription_table and cg.find_subscription(topic) is None:
+            if broker.topics.select(topic) is None or not (h.offline or broker.subscribes(h.src_group, topic)):
                 continue
             broker.offsets.clone_offset(h.src_group, h.dest_group, topic)
         return request.response(ResponseCode.SUCCESS)

@@ -182,7 +182,6 @@ class PullMessageProcessor:
         if code == ResponseCode.SUCCESS:
             response = request.response(code, _remark(status), ext)  # "FOUND", as Apache says it
             response.body_tail = list(result.buffers)
-            broker.stats_get(result.message_count)
             broker.message_counts.pulled(
                 header.topic,
                 header.consumer_group,

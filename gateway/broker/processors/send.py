@@ -384,7 +384,7 @@ class SendMessageProcessor:
         if code != ResponseCode.SUCCESS or result.append is None:
             return request.response(code, remark, ext)
         append = result.append
-        self.broker.stats_put(topic, append.msg_num, append.wrote_bytes)
+        self.broker.message_counts.put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(append.logics_offset)
