@@ -5,6 +5,10 @@ Defaults: NameServer on 127.0.0.1:9876, Broker on 127.0.0.1:10911, store under .
 
 from __future__ import annotations
 
+from gateway import lean_reactor
+
+lean_reactor.install()  # before anything below imports the reactor
+
 import argparse
 import sys
 from typing import Any

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from twisted.logger import Logger
 
 from gateway.config import ConfigError
@@ -153,6 +152,8 @@ def read_yaml(path: str) -> dict[str, Any] | None:
         return None
     except OSError as e:
         raise AclError(f"cannot read {path}: {e.strerror}") from None
+    import yaml  # only a broker with ACL files reads YAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -395,6 +396,8 @@ class PlainPermissionManager:
         version.next_version()
         data["dataVersion"] = [{"counter": version.counter, "timestamp": version.timestamp}]
         mode = os.stat(path).st_mode & 0o777 if os.path.exists(path) else 0o600
+        import yaml
+
         text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
         write_atomically(path, text.encode("utf-8"))
         os.chmod(path, mode)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from gateway import lean_reactor
+
+lean_reactor.install()  # before anything below imports the reactor
+
 import argparse
 import sys
 

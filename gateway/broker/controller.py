@@ -15,7 +15,6 @@ from twisted.internet import defer, task
 from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
-from gateway import prometheus
 from gateway.acl.admin import acl_disabled_handlers
 from gateway.acl.broker_acl import BrokerAcl
 from gateway.persist import StateFileError, corrupt_state_files
@@ -43,7 +42,6 @@ from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
-from .metrics import metrics_site
 from .processors.admin import AdminBrokerProcessor
 from .processors.admin_stats import AdminStatsProcessor
 from .processors.broker_config import BrokerConfigProcessor
@@ -304,6 +302,10 @@ class BrokerController(service.Service):
         cfg = self.config
         if cfg.metricsExporterType.upper() != "PROM":
             return
+        from gateway import prometheus  # prometheus-client and twisted.web only when asked for
+
+        from .metrics import metrics_site
+
         self.ports.append(prometheus.listen(self.reactor, cfg, metrics_site(self)))
 
     def _start_ha(self, configured_port: int) -> None:

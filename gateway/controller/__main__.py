@@ -6,6 +6,10 @@ a bad configuration prints the key and file on stderr and exits 1.
 
 from __future__ import annotations
 
+from gateway import lean_reactor
+
+lean_reactor.install()  # before anything below imports the reactor
+
 import argparse
 import sys
 

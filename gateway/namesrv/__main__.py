@@ -8,6 +8,10 @@ on stderr and exits 1.
 
 from __future__ import annotations
 
+from gateway import lean_reactor
+
+lean_reactor.install()  # before anything below imports the reactor
+
 import argparse
 import sys
 from dataclasses import fields, replace

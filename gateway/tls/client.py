@@ -10,19 +10,21 @@ the reads the handshake needs.
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IHandshakeListener, IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.ssl import CertificateOptions
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from zope.interface import implementer
 
 from gateway.remoting.client import EndpointFactory, tcp_endpoint
 
 from .config import TlsConfig
-from .context import client_options
+
+if TYPE_CHECKING:
+    from twisted.internet.ssl import CertificateOptions
+
+# pyOpenSSL and Twisted's TLS modules are imported only with tls.enable (gateway.lean_reactor).
 
 
 def client_endpoint_factory(config: TlsConfig | None) -> EndpointFactory:
@@ -32,6 +34,8 @@ def client_endpoint_factory(config: TlsConfig | None) -> EndpointFactory:
     """
     if config is None or not config.tlsEnable:
         return tcp_endpoint
+    from .context import client_options
+
     options = client_options(config)
 
     def tls_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
@@ -50,6 +54,8 @@ class TlsClientEndpoint:
         self.wrapped = wrapped
 
     def connect(self, protocolFactory: IProtocolFactory) -> Deferred[Any]:
+        from twisted.protocols.tls import TLSMemoryBIOFactory
+
         established: Deferred[Any] = Deferred()
         # The clock flushes TLS writes: the connection's own reactor, which need not be the global one.
         tls_factory = TLSMemoryBIOFactory(

@@ -15,21 +15,24 @@ keep the options they started with; new handshakes use the new ones. A change th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from OpenSSL import SSL
-from twisted.internet import ssl
 from twisted.internet.interfaces import IOpenSSLServerConnectionCreator, IProtocolFactory
 from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
-from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from zope.interface import implementer
 
 from gateway.file_watch import FileWatchService
 
 from .config import TlsConfig, TlsMode
-from .context import TlsContextError, server_options
+
+if TYPE_CHECKING:
+    from OpenSSL import SSL
+    from twisted.internet import ssl
+    from twisted.protocols.tls import TLSMemoryBIOProtocol
+
+# pyOpenSSL and Twisted's TLS modules are imported only when a TLS mode is on (gateway.lean_reactor).
 
 log = Logger()
 
@@ -53,7 +56,10 @@ class TlsServer:
         self.clock = clock
         self._watch: FileWatchService | None = None
         self._watch_interval = watch_interval
-        if config.tlsMode is not TlsMode.DISABLED:
+        # Test mode's self-signed certificate is made for the first TLS client, so a process that no TLS client
+        # reaches never loads pyOpenSSL (about 13 MB); configured files are loaded now, so a bad one shows at start.
+        self._self_signed_pending = config.tlsMode is not TlsMode.DISABLED and not config.server_files
+        if config.tlsMode is not TlsMode.DISABLED and not self._self_signed_pending:
             self.reload()
 
     @classmethod
@@ -65,6 +71,10 @@ class TlsServer:
 
     def reload(self) -> bool:
         """Rebuild the options from the files; on failure keep the current ones and log why."""
+        from OpenSSL import SSL
+
+        from .context import TlsContextError, server_options
+
         try:
             self.options = server_options(self.config)
         except (TlsContextError, SSL.Error) as e:
@@ -72,6 +82,13 @@ class TlsServer:
             return False
         log.info("TLS server context loaded (mode {mode})", mode=self.config.tlsMode.value)
         return True
+
+    def current_options(self) -> ssl.CertificateOptions | None:
+        """The options a new TLS connection starts with (None: none could be loaded)."""
+        if self._self_signed_pending:
+            self._self_signed_pending = False
+            self.reload()
+        return self.options
 
     def start(self) -> None:
         """Watch the key, certificate and trust files (nothing to watch in test mode)."""
@@ -109,16 +126,25 @@ class TlsModeFactory(Factory):
     def __init__(self, tls: TlsServer, wrapped: IProtocolFactory) -> None:
         self.tls = tls
         self.wrapped = wrapped
-        self.tls_factory = TLSMemoryBIOFactory(tls, False, wrapped, tls.clock)
+        self._tls_factory: Factory | None = None
         self.undecided: set[HandshakeProtocol] = set()
 
+    @property
+    def tls_factory(self) -> Factory:
+        """Wraps ``wrapped`` in TLS; made (and Twisted's TLS imported) for the first TLS client."""
+        if self._tls_factory is None:
+            from twisted.protocols.tls import TLSMemoryBIOFactory
+
+            self._tls_factory = TLSMemoryBIOFactory(self.tls, False, self.wrapped, self.tls.clock)
+        return self._tls_factory
+
     def startFactory(self) -> None:
-        self.tls_factory.doStart()  # starts the wrapped factory too
+        self.wrapped.doStart()
 
     def stopFactory(self) -> None:
         for proto in list(self.undecided):
             proto.transport.abortConnection()
-        self.tls_factory.doStop()
+        self.wrapped.doStop()
 
     def buildProtocol(self, addr: Any) -> HandshakeProtocol:
         return HandshakeProtocol(self, addr)
@@ -145,7 +171,7 @@ class HandshakeProtocol(Protocol, TimeoutMixin):
         tls = self.factory.tls
         mode = tls.config.tlsMode
         if data[0] == HANDSHAKE_MAGIC_CODE:
-            if tls.options is None:
+            if tls.current_options() is None:
                 log.error("TLS handshake from {addr} but no TLS context loaded; closing it", addr=self.addr)
                 self.transport.abortConnection()
                 return
