@@ -115,38 +115,21 @@ def _ext_strings(ext: dict[str, object]) -> dict[str, str]:
 
 def decode_rocketmq_header(data: bytes) -> RemotingCommand:
     """Parse the binary ROCKETMQ header (RocketMQSerializable)."""
-    mv = memoryview(data)
-    n = len(mv)
+    n = len(data)
     try:
-        code, lang, version, opaque, flag = _RMQ_FIXED.unpack_from(mv, 0)
+        code, lang, version, opaque, flag = _RMQ_FIXED.unpack_from(data, 0)
         pos = _RMQ_FIXED.size
-        (remark_len,) = _INT.unpack_from(mv, pos)
+        (remark_len,) = _INT.unpack_from(data, pos)
         pos += 4
         if remark_len < 0 or remark_len > n - pos:
             raise ProtocolError("bad remark length")
-        remark = bytes(mv[pos : pos + remark_len]).decode() if remark_len else None
+        remark = data[pos : pos + remark_len].decode() if remark_len else None
         pos += remark_len
-        (ext_len,) = _INT.unpack_from(mv, pos)
+        (ext_len,) = _INT.unpack_from(data, pos)
         pos += 4
         if ext_len < 0 or ext_len > n - pos:
             raise ProtocolError("bad extFields length")
-        end = pos + ext_len
-        ext: dict[str, str] | None = None
-        if ext_len:
-            ext = {}
-            while pos < end:
-                (klen,) = _SHORT.unpack_from(mv, pos)
-                pos += 2
-                if klen < 0 or pos + klen > end:
-                    raise ProtocolError("bad extFields key length")
-                key = bytes(mv[pos : pos + klen]).decode()
-                pos += klen
-                (vlen,) = _INT.unpack_from(mv, pos)
-                pos += 4
-                if vlen < 0 or pos + vlen > end:
-                    raise ProtocolError("bad extFields value length")
-                ext[key] = bytes(mv[pos : pos + vlen]).decode()
-                pos += vlen
+        ext = _decode_ext_fields(data[pos : pos + ext_len]) if ext_len else None
     except struct.error as e:
         raise ProtocolError(f"truncated ROCKETMQ header: {e}") from None
     except UnicodeDecodeError as e:
@@ -163,31 +146,60 @@ def decode_rocketmq_header(data: bytes) -> RemotingCommand:
     )
 
 
+def _decode_ext_fields(region: bytes) -> dict[str, str]:
+    """The extFields map: (short key length, key, int value length, value)..., UTF-8."""
+    # An all-ASCII map (nearly every one) is decoded once: its byte and character offsets then agree.
+    text = region.decode("ascii") if region.isascii() else None
+    ext = {}
+    unpack_short, unpack_int = _SHORT.unpack_from, _INT.unpack_from
+    pos, end = 0, len(region)
+    while pos < end:
+        (klen,) = unpack_short(region, pos)
+        pos += 2
+        kend = pos + klen
+        if klen < 0 or kend > end:
+            raise ProtocolError("bad extFields key length")
+        (vlen,) = unpack_int(region, kend)
+        vpos = kend + 4
+        vend = vpos + vlen
+        if vlen < 0 or vend > end:
+            raise ProtocolError("bad extFields value length")
+        if text is not None:
+            ext[text[pos:kend]] = text[vpos:vend]
+        else:
+            ext[region[pos:kend].decode()] = region[vpos:vend].decode()
+        pos = vend
+    return ext
+
+
 def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
     """The binary ROCKETMQ header; codes must fit in an int16."""
-    parts = [
-        _RMQ_FIXED.pack(
-            cmd.code, _LANGUAGE_VALUES.get(cmd.language, LanguageCode.OTHER), cmd.version, cmd.opaque, cmd.flag
-        )
-    ]
+    fixed = _RMQ_FIXED.pack(
+        cmd.code, _LANGUAGE_VALUES.get(cmd.language, LanguageCode.OTHER), cmd.version, cmd.opaque, cmd.flag
+    )
     remark = cmd.remark.encode() if cmd.remark else b""
-    parts.append(_INT.pack(len(remark)))
-    parts.append(remark)
     ext_parts = []
     if cmd.ext_fields:
         for k, v in cmd.ext_fields.items():
             if k is None or v is None:
                 continue
-            kb = k.encode()
-            vb = _ext_value(v).encode()
-            ext_parts.append(_SHORT.pack(len(kb)))
-            ext_parts.append(kb)
+            prefix = _KEY_PREFIXES.get(k)
+            if prefix is None:
+                kb = k.encode()
+                prefix = _SHORT.pack(len(kb)) + kb
+                if len(_KEY_PREFIXES) < _KEY_PREFIXES_MAX:
+                    _KEY_PREFIXES[k] = prefix
+            vb = (v if type(v) is str else _ext_value(v)).encode()
+            ext_parts.append(prefix)
             ext_parts.append(_INT.pack(len(vb)))
             ext_parts.append(vb)
     ext = b"".join(ext_parts)
-    parts.append(_INT.pack(len(ext)))
-    parts.append(ext)
-    return b"".join(parts)
+    return b"".join((fixed, _INT.pack(len(remark)), remark, _INT.pack(len(ext)), ext))
+
+
+# Encoded (length, name) of the extFields names seen, which repeat from response to response.
+_KEY_PREFIXES: dict[str, bytes] = {}
+_KEY_PREFIXES_MAX = 4096
 
 
 def encode(cmd: RemotingCommand) -> bytes:

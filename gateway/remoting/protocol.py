@@ -80,6 +80,11 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self.peer_host = getattr(addr, "host", "")
         self.peer_port = getattr(addr, "port", 0)
         self.peer = f"{self.peer_host}:{self.peer_port}"
+        # As Netty's remoting server and client set TCP_NODELAY: a small response must not wait for the ACK of
+        # the one before it (Nagle), which stalls a client with several requests in flight on one connection.
+        no_delay = getattr(self.transport, "setTcpNoDelay", None)  # a TLS wrapper passes it on
+        if no_delay is not None:
+            no_delay(True)
         if self.clock is None:
             from twisted.internet import reactor
 

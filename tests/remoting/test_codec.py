@@ -259,6 +259,7 @@ def test_bad_json_headers_raise_protocol_error(header: bytes) -> None:
         struct.pack(">hBhiiii", 1, 0, 0, 0, 0, 0, 7) + b"\x00\x01a" + b"\x00\x00\x00\x09",  # value too long
         struct.pack(">hBhiiii", 1, 0, 0, 0, 0, 0, 4) + b"\xff\xff\x00\x00",  # negative key length
         struct.pack(">hBhiiii", 1, 0, 0, 0, 0, 0, 3) + b"\x00\x01a",  # value length cut
+        struct.pack(">hBhiiii", 1, 0, 0, 0, 0, 0, 8) + b"\x00\x01a\x00\x00\x00\x01\xff",  # bad UTF-8 value
     ],
 )
 def test_bad_rocketmq_headers_raise_protocol_error(header: bytes) -> None:
