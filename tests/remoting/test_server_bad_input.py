@@ -5,6 +5,7 @@ Every wait is bounded (``within``), so a regression fails a test instead of hang
 
 from __future__ import annotations
 
+import socket
 import struct
 from typing import Any
 
@@ -422,3 +423,17 @@ async def test_server_initiated_request_reaches_client_dispatcher(server: Server
         assert unknown.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     finally:
         await within(client.close())
+
+
+@pytest_twisted.ensureDeferred
+async def test_server_and_client_connections_set_tcp_nodelay(server: Server) -> None:
+    # As Netty's: a small response must not wait for the ACK of the one before it (Nagle).
+    client = RemotingClient(reactor)
+    try:
+        resp = await within(client.invoke(server.addr, RemotingCommand.request(ECHO, {"k": "v"})))
+        assert resp.code == ResponseCode.SUCCESS
+        [channel] = server.factory.channels
+        for transport in (channel.transport, client._channels[server.addr].transport):
+            assert transport.getHandle().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        await within(defer.maybeDeferred(client.close))
