@@ -25,7 +25,7 @@ LOGBACK = """<configuration>
 # The store maps and frees direct buffers through JDK internals that Java 17 closes by default.
 OPENS = [
     f"--add-opens=java.base/{package}=ALL-UNNAMED"
-    for package in ("java.nio", "sun.nio.ch", "java.lang", "java.lang.reflect", "java.util")
+    for package in ("java.nio", "sun.nio.ch", "java.lang", "java.lang.reflect", "java.util", "jdk.internal.ref")
 ]
 
 

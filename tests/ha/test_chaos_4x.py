@@ -69,6 +69,8 @@ class Pair:
             "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": ha_addr}
         )
         until(lambda: self._config(self.slave), 30, "the slave")
+        if apache != "master":  # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until the slave is on its HA port
+            until(self._slave_linked, 60, "the slave on the master's HA port")
         self.create_topic(TOPIC)
 
     @property
@@ -109,9 +111,17 @@ class Pair:
         resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG), 3)
         return parse_properties(resp.body.decode())
 
+    def _slave_linked(self) -> bool:
+        resp = call(self.master, RemotingCommand.request(RequestCode.GET_BROKER_HA_STATUS), 3)
+        return bool(fastjson.loads(resp.body).get("haConnectionInfo"))
+
     @staticmethod
     def max_offset(addr: str) -> int:
+        """The broker's commitLogMaxOffset; -1 while it cannot tell (Apache 4.9.8 fails GET_BROKER_RUNTIME_INFO
+        with NoSuchElementException until its first statistics sample, a second after it starts)."""
         resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3)
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return -1
         return int(fastjson.loads(resp.body)["table"]["commitLogMaxOffset"])
 
     def send(self, n: int, size: int = 200, timeout: float = 5.0) -> list[int]:
