@@ -8,13 +8,24 @@ import sys
 
 import pytest
 
+# TLS (pyOpenSSL and cryptography, which Twisted's reactor would import: gateway.lean_reactor), ACL files (YAML)
+# and PROM metrics (prometheus-client, twisted.web) are off by default.
+OPTIONAL = ["OpenSSL", "cryptography", "service_identity", "yaml", "prometheus_client", "twisted.web.server"]
+
 
 @pytest.mark.parametrize(
     ("module", "absent"),
-    [("gateway.namesrv.__main__", ["pysyncobj", "gateway.controller.raft"]), ("gateway.broker.__main__", ["lark"])],
+    [
+        ("gateway.namesrv.__main__", ["pysyncobj", "gateway.controller.raft", *OPTIONAL]),
+        ("gateway.broker.__main__", ["lark", *OPTIONAL]),
+        ("gateway.__main__", ["lark", "pysyncobj", *OPTIONAL]),
+    ],
 )
 def test_features_that_are_off_are_not_loaded(module: str, absent: list[str]) -> None:
-    code = f"import sys, {module}; print(sorted(m for m in {absent!r} if m in sys.modules))"
+    code = (
+        f"import sys, {module}; assert 'twisted.internet.reactor' in sys.modules; "
+        f"print(sorted(m for m in {absent!r} if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 
