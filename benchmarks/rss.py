@@ -6,14 +6,15 @@ connections (each has sent a heartbeat, as a producer would).
 
 Reads VmRSS (and RssAnon, the heap) from /proc of each process. Ours are started as ``python -m
 gateway.namesrv`` and ``python -m gateway.broker`` on loopback. Apache's reference (91 + 115 MB idle) is
-the figure the performance issue gives for 4.9.8 on this machine; measure it in the same run with the
-second form to compare for real.
+the figure the performance issue gives for 4.9.8 on this machine; ``benchmarks/versus.py`` measures Apache's
+pair in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import socket
 import subprocess
@@ -40,20 +41,34 @@ def memory(pid: int) -> tuple[float, float]:
     return rss / 1024, anon / 1024
 
 
-def start_ours(root: Path) -> tuple[list[subprocess.Popen[bytes]], str, str]:
+def start_ours(
+    root: Path, broker_lines: dict[str, str] | None = None
+) -> tuple[list[subprocess.Popen[bytes]], str, str]:
+    """Our NameServer and broker as two processes on loopback (as Apache runs them), stores under ``root``;
+    ``broker_lines`` adds or replaces broker.conf lines."""
     ns_port, broker_port = free_port(), free_port()
     (root / "namesrv.properties").write_text(
         f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={root / 'kv.json'}\n"
     )
-    (root / "broker.conf").write_text(
-        f"brokerName=broker-rss\nbrokerIP1=127.0.0.1\nbindAddress=127.0.0.1\nlistenPort={broker_port}\n"
-        f"namesrvAddr=127.0.0.1:{ns_port}\nstorePathRootDir={root / 'store'}\n"
-        f"mappedFileSizeCommitLog={64 << 20}\n"
-    )
+    lines = {
+        "brokerName": "broker-a",
+        "brokerIP1": "127.0.0.1",
+        "bindAddress": "127.0.0.1",
+        "listenPort": str(broker_port),
+        "namesrvAddr": f"127.0.0.1:{ns_port}",
+        "storePathRootDir": str(root / "store"),
+        "mappedFileSizeCommitLog": str(64 << 20),
+        **(broker_lines or {}),
+    }
+    (root / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     procs = []
     for module, conf in (("gateway.namesrv", "namesrv.properties"), ("gateway.broker", "broker.conf")):
         command = [sys.executable, "-m", module, "-c", str(root / conf)]
-        procs.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=str(root))
+            )
+        )  # logs under root/logs
     return procs, f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}"
 
 

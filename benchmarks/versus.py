@@ -1,0 +1,457 @@
+"""Our NameServer + broker beside Apache RocketMQ's, on this machine, in one run: the figures of the
+performance issue with their ratios.
+
+    python -m benchmarks.versus --apache-home DIR            # both, 2 rounds, alternating
+    python -m benchmarks.versus                              # ours alone (no ratios)
+
+``DIR`` is an Apache RocketMQ 4.9.8 distribution built outside this repository: ``DIR/lib/*.jar`` (broker,
+NameServer, client and, for the Java generator, the example module's jar) and ``DIR/conf/logback_*.xml``.
+Every round starts each pair afresh (two processes: NameServer and broker, each store in a temporary
+directory), the order of the two pairs alternating from round to round, and measures:
+
+* idle RSS of both processes, after they settled;
+* send with ASYNC_FLUSH and SYNC_FLUSH, driven by ``throughput.py``'s generator (16 connections x 4 in
+  flight, 1 KB) after ``--warmup`` seconds of the same: msgs/s, p50/p99 latency, broker CPU per 10k messages;
+  then the drain of that backlog;
+* send driven by Apache's own benchmark ``Producer`` (16 threads, 1 KB), when its class is in ``DIR/lib``:
+  messages stored per second (queue offsets) and broker CPU over a window after a warm-up;
+* send with the broker pinned to 1 core (the generator on the other), then given 2 (round 1);
+* RSS with 1,000 topics x 8 queues and 500 connections that sent a heartbeat (round 1, at the end).
+
+The table gives medians over the rounds and ours/Apache; ``goal`` says which way is better.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compat_tests.apache_broker import OPENS
+from compat_tests.servers import GatewayServers, free_port, jdk_tool
+
+from . import rss, throughput
+from .wire import QueueRef, SendFrameBuilder, SetupError, ensure_topic, max_offset
+
+TOPIC = "BenchmarkVersus"
+JAVA_PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
+# bin/runbroker.sh's Java 9+ options, without -XX:+AlwaysPreTouch (it would make RSS the heap size).
+G1 = [
+    "-XX:+UseG1GC",
+    "-XX:G1HeapRegionSize=16m",
+    "-XX:G1ReservePercent=25",
+    "-XX:InitiatingHeapOccupancyPercent=30",
+    "-XX:SoftRefLRUPolicyMSPerMB=0",
+    "-XX:-OmitStackTraceInFastThrow",
+    "-XX:-UseLargePages",
+]
+_PRODUCER_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
+
+
+@dataclass
+class Pair:
+    """A running NameServer + broker: two child processes."""
+
+    target: str  # "ours" or "apache"
+    namesrv: str
+    broker: str
+    procs: list[subprocess.Popen[bytes]]
+
+    @property
+    def namesrv_pid(self) -> int:
+        return self.procs[0].pid
+
+    @property
+    def broker_pid(self) -> int:
+        return self.procs[1].pid
+
+    def stop(self) -> None:
+        """SIGTERM both (broker first, as an operator would), SIGKILL what is left after 30 s."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def apache_classpath(home: Path) -> str:
+    jars = sorted((home / "lib").glob("*.jar"))
+    if not jars:
+        raise SetupError(f"no jars in {home / 'lib'}")
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str) -> Pair:
+    """Apache's NamesrvStartup and BrokerStartup from ``home`` with stores and logs under ``root``."""
+    ns_port, broker_port = free_port(), free_port()
+    (root / "namesrv.properties").write_text(f"listenPort={ns_port}\nkvConfigPath={root / 'kv.json'}\n")
+    lines = {
+        "brokerClusterName": "DefaultCluster",
+        "brokerName": "broker-a",
+        "brokerId": "0",
+        "brokerIP1": "127.0.0.1",
+        "listenPort": str(broker_port),
+        "namesrvAddr": f"127.0.0.1:{ns_port}",
+        "storePathRootDir": str(root / "store"),
+        "storePathCommitLog": str(root / "store" / "commitlog"),
+        "mappedFileSizeCommitLog": str(64 << 20),
+        "autoCreateTopicEnable": "true",
+        **broker_lines,
+    }
+    (root / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    java, cp = jdk_tool("java"), apache_classpath(home)
+    env = dict(os.environ, ROCKETMQ_HOME=str(home))
+    common = [f"-Duser.home={root}", f"-Drocketmq.home.dir={home}", *G1, *OPENS, "-cp", cp]
+    commands = [
+        [java, "-server", "-Xms256m", "-Xmx256m", "-Xmn128m", *common,
+         "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(root / "namesrv.properties")],
+        [java, "-server", f"-Xms{heap}", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *common,
+         "org.apache.rocketmq.broker.BrokerStartup", "-c", str(root / "broker.conf")],
+    ]  # fmt: skip
+    procs = []
+    for command in commands:
+        log = open(root / f"{'broker' if 'BrokerStartup' in command else 'namesrv'}.out", "wb")  # noqa: SIM115
+        with log:
+            procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+    return Pair("apache", f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}", procs)
+
+
+@contextlib.contextmanager
+def running(target: str, args: argparse.Namespace, flush: str) -> Iterator[Pair]:
+    """A fresh pair of ``target`` with ``flushDiskType=flush``, registered and settled; stopped and its
+    stores deleted afterwards."""
+    root = Path(tempfile.mkdtemp(prefix=f"rmq-versus-{target}-"))
+    lines = {"flushDiskType": flush, **dict(kv.split("=", 1) for kv in args.broker_set)}
+    pair = None
+    try:
+        if target == "ours":
+            procs, namesrv, broker = rss.start_ours(root, lines)
+            pair = Pair("ours", namesrv, broker, procs)
+        else:
+            pair = start_apache(args.apache_home, root, lines, args.apache_heap)
+        try:
+            rss.wait_registered(pair.namesrv, 90)
+        except SystemExit:
+            out = "".join(p.read_text(errors="replace")[-3000:] for p in sorted(root.glob("*.out")))
+            raise SetupError(f"{target}: the broker did not register in time\n{out}") from None
+        time.sleep(args.settle)
+        yield pair
+    finally:
+        if pair is not None:
+            pair.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def affinity_kept() -> Iterator[None]:
+    """Whatever ``throughput.benchmark`` pins this process to is undone afterwards."""
+    cpus = os.sched_getaffinity(0)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+def python_send(args: argparse.Namespace, pair: Pair, drain: bool, extra: list[str] = ()) -> dict[str, Any]:
+    """``throughput.py``'s send phase (and drain) against ``pair``."""
+    argv = [
+        "--namesrv", pair.namesrv, "--broker-pid", str(pair.broker_pid), "--topic", TOPIC, "--create", "admin",
+        "--duration", str(args.duration), "--messages", str(args.messages), *extra,
+    ]  # fmt: skip
+    if not drain:
+        argv.append("--no-drain")
+    with affinity_kept():
+        return throughput.benchmark(throughput.parse_args(argv), pair.namesrv, pair.broker_pid, pair.target)
+
+
+def _stored(queues: list[QueueRef]) -> int:
+    return sum(max_offset(q, TOPIC) for q in queues)
+
+
+def java_send(args: argparse.Namespace, pair: Pair) -> dict[str, Any]:
+    """Apache's benchmark Producer (``--java-threads`` threads, 1 KB) against ``pair``: after
+    ``--java-warmup`` seconds, messages stored and broker CPU over ``--duration`` seconds."""
+    queues = ensure_topic(pair.namesrv, TOPIC, 8, "admin", SendFrameBuilder(TOPIC, "pg", "TagA", b"x", 8))
+    root = Path(tempfile.mkdtemp(prefix="rmq-versus-producer-"))
+    command = [
+        jdk_tool("java"), "-server", "-Xms1g", "-Xmx1g", "-Xmn256m", f"-Duser.home={root}", *OPENS,
+        "-cp", apache_classpath(args.apache_home), JAVA_PRODUCER,
+        "-n", pair.namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024",
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True)  # type: ignore[union-attr, arg-type]
+    reader.start()
+    try:
+        time.sleep(args.java_warmup)
+        if proc.poll() is not None:
+            raise SetupError("the Java Producer exited:\n" + b"".join(lines).decode(errors="replace")[-3000:])
+        meter = throughput.CpuMeter(pair.broker_pid)
+        first = _stored(queues)
+        meter.start()
+        started = time.monotonic()
+        time.sleep(args.duration)
+        last = _stored(queues)
+        seconds = time.monotonic() - started
+        meter.stop()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        reader.join(5)
+        shutil.rmtree(root, ignore_errors=True)
+    reports = [m.groups() for line in lines if (m := _PRODUCER_LINE.search(line.decode(errors="replace")))]
+    rate = (last - first) / seconds
+    return {
+        "rate": rate,
+        "broker_cpu": meter.broker,
+        "cpu_per_10k": meter.broker * 1e4 / rate if meter.broker is not None and rate else None,
+        "producer_avg_rt_ms": float(reports[-1][2]) if reports else None,
+        "producer_max_rt_ms": int(reports[-1][1]) if reports else None,
+        "producer_failed": sum(int(r[3]) for r in reports),
+    }
+
+
+def one_target(args: argparse.Namespace, target: str, first_round: bool) -> dict[str, Any]:
+    """Every figure of one round for one target."""
+    out: dict[str, Any] = {}
+    for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        with running(target, args, flush) as pair:
+            if flush == "ASYNC_FLUSH":
+                out["idle_rss_mb"] = [rss.memory(pair.namesrv_pid)[0], rss.memory(pair.broker_pid)[0]]
+            if args.warmup:  # Java compiles its hot paths in the first seconds: not what a running broker does
+                python_send(args, pair, drain=False, extra=["--duration", str(args.warmup)])
+            res = python_send(args, pair, drain=True)
+            out[flush] = {"send": _send_figures(res["send"]), "drain": _drain_figures(res["drain"])}
+            if args.java_producer:
+                out[flush]["java"] = java_send(args, pair)
+            if flush == "ASYNC_FLUSH" and first_round and not args.no_scaling:
+                for cpus, gen in (("0", ["--generator-cpus", "1"]), ("0,1", [])):
+                    r = python_send(args, pair, drain=False, extra=["--broker-cpus", cpus, *gen])
+                    out[f"cores_{cpus}"] = _send_figures(r["send"])
+                throughput.pin(pair.broker_pid, throughput.parse_cpus("0,1"))
+    if first_round and args.topics:  # a fresh pair: the sends' mapped commitlog would count in RSS
+        with running(target, args, "ASYNC_FLUSH") as pair:
+            socks = rss.load(pair.broker, args.topics, 8, args.connections)
+            try:
+                time.sleep(3)
+                out["loaded_rss_mb"] = [rss.memory(pair.namesrv_pid)[0], rss.memory(pair.broker_pid)[0]]
+            finally:
+                for s in socks:
+                    s.close()
+    if target == "ours":
+        out["idle_rss_one_process_mb"] = one_process_rss(args.settle)
+    return out
+
+
+def one_process_rss(settle: float) -> float:
+    """Idle RSS of ``python -m gateway``: our NameServer and broker in one process."""
+    with tempfile.TemporaryDirectory(prefix="rmq-versus-one-") as root:
+        servers = GatewayServers(Path(root)).start()
+        try:
+            rss.wait_registered(servers.namesrv_addr)
+            time.sleep(settle)
+            assert servers.proc is not None
+            return rss.memory(servers.proc.pid)[0]
+        finally:
+            servers.stop()
+
+
+def _send_figures(s: dict[str, Any]) -> dict[str, Any]:
+    rate = s["rate"]
+    return {
+        "rate": rate,
+        "p50_ms": s["p50_ms"],
+        "p99_ms": s["p99_ms"],
+        "errors": s["errors"],
+        "cpu_per_10k": s["broker_cpu"] * 1e4 / rate if s["broker_cpu"] is not None and rate else None,
+    }
+
+
+def _drain_figures(d: dict[str, Any]) -> dict[str, Any]:
+    rate = d["rate"]
+    return {
+        "rate": rate,
+        "verify": d["verify"],
+        "cpu_per_10k": d["broker_cpu"] * 1e4 / rate if d["broker_cpu"] is not None and rate else None,
+    }
+
+
+def idle_rss(r: dict[str, Any]) -> float:
+    return sum(r["idle_rss_mb"])
+
+
+def one_process_rss_of(r: dict[str, Any]) -> float | None:
+    return r.get("idle_rss_one_process_mb")
+
+
+# (label, path into a target's round, better: "higher" | "lower")
+FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
+    ("send ASYNC_FLUSH msgs/s (Python generator)", lambda r: r["ASYNC_FLUSH"]["send"]["rate"], "higher"),
+    ("  p50 latency ms", lambda r: r["ASYNC_FLUSH"]["send"]["p50_ms"], "lower"),
+    ("  p99 latency ms", lambda r: r["ASYNC_FLUSH"]["send"]["p99_ms"], "lower"),
+    ("  broker CPU-s per 10k sent", lambda r: r["ASYNC_FLUSH"]["send"]["cpu_per_10k"], "lower"),
+    ("send SYNC_FLUSH msgs/s (Python generator)", lambda r: r["SYNC_FLUSH"]["send"]["rate"], "higher"),
+    ("  p50 latency ms", lambda r: r["SYNC_FLUSH"]["send"]["p50_ms"], "lower"),
+    ("  p99 latency ms", lambda r: r["SYNC_FLUSH"]["send"]["p99_ms"], "lower"),
+    ("  broker CPU-s per 10k sent", lambda r: r["SYNC_FLUSH"]["send"]["cpu_per_10k"], "lower"),
+    ("drain msgs/s (ASYNC_FLUSH backlog)", lambda r: r["ASYNC_FLUSH"]["drain"]["rate"], "higher"),
+    ("  broker CPU-s per 10k drained", lambda r: r["ASYNC_FLUSH"]["drain"]["cpu_per_10k"], "lower"),
+    ("drain msgs/s (SYNC_FLUSH backlog)", lambda r: r["SYNC_FLUSH"]["drain"]["rate"], "higher"),
+    ("send ASYNC_FLUSH msgs/s (Java Producer)", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("rate"), "higher"),
+    ("  Producer average RT ms", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("producer_avg_rt_ms"), "lower"),
+    ("  broker CPU-s per 10k sent", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("cpu_per_10k"), "lower"),
+    ("send SYNC_FLUSH msgs/s (Java Producer)", lambda r: r["SYNC_FLUSH"].get("java", {}).get("rate"), "higher"),
+    ("  Producer average RT ms", lambda r: r["SYNC_FLUSH"].get("java", {}).get("producer_avg_rt_ms"), "lower"),
+    ("  broker CPU-s per 10k sent", lambda r: r["SYNC_FLUSH"].get("java", {}).get("cpu_per_10k"), "lower"),
+    ("send, broker on 1 core msgs/s", lambda r: r.get("cores_0", {}).get("rate"), "higher"),
+    ("send, broker on 2 cores msgs/s", lambda r: r.get("cores_0,1", {}).get("rate"), "higher"),
+    ("  growth 1 -> 2 cores", lambda r: _growth(r), "higher"),
+    ("idle RSS MB, NameServer + broker", idle_rss, "lower"),
+    # against Apache's two processes: that is what it takes to run both there
+    ("idle RSS MB, ours in one process (python -m gateway)", one_process_rss_of, "lower"),
+    ("RSS MB, --topics x 8 queues, --connections", lambda r: sum(r.get("loaded_rss_mb") or []) or None, "lower"),
+]
+
+
+def _growth(r: dict[str, Any]) -> float | None:
+    one, two = r.get("cores_0", {}).get("rate"), r.get("cores_0,1", {}).get("rate")
+    return two / one if one and two else None
+
+
+def _median(rounds: list[dict[str, Any]], fn: Callable[[dict[str, Any]], float | None]) -> float | None:
+    values = []
+    for r in rounds:
+        with contextlib.suppress(KeyError, TypeError):
+            if (v := fn(r)) is not None:
+                values.append(v)
+    return statistics.median(values) if values else None
+
+
+def render(results: dict[str, list[dict[str, Any]]]) -> str:
+    """The table: medians over the rounds, ours/Apache, and whether the goal is met."""
+    ours, apache = results.get("ours", []), results.get("apache", [])
+    rows = [f"{'figure':<52}{'ours':>11}{'Apache':>11}{'ours/Apache':>13}  goal"]
+    for label, fn, better in FIGURES:
+        a = _median(ours, fn)
+        b = _median(apache, idle_rss if fn is one_process_rss_of else fn)
+        if a is None and b is None:
+            continue
+        ratio = a / b if a is not None and b else None
+        goal = ""
+        if ratio is not None:
+            limit = 0.2 if label.startswith("idle RSS") else 1.0
+            met = ratio >= limit if better == "higher" else ratio <= limit
+            goal = f"{'>=' if better == 'higher' else '<='} {limit:.1f}: {'met' if met else 'NOT met'}"
+        rows.append(
+            f"{label:<52}{throughput._fmt(a, ',.2f'):>11}{throughput._fmt(b, ',.2f'):>11}"
+            f"{throughput._fmt(ratio, '.2f'):>13}  {goal}"
+        )
+    problems = [
+        f"{target} round {i + 1} {flush}: {text}"
+        for target, rounds in results.items()
+        for i, r in enumerate(rounds)
+        for flush in ("ASYNC_FLUSH", "SYNC_FLUSH")
+        for text in _problems(r.get(flush, {}))
+    ]
+    rows.append("checks: " + ("; ".join(problems) if problems else "every drain matched its sends, no send errors"))
+    return "\n".join(rows)
+
+
+def _problems(phase: dict[str, Any]) -> Iterator[str]:
+    if phase.get("send", {}).get("errors"):
+        yield f"send errors {phase['send']['errors']}"
+    if "drain" in phase and not phase["drain"]["verify"].startswith("OK"):
+        yield phase["drain"]["verify"]
+    if phase.get("java", {}).get("producer_failed"):
+        yield f"Java Producer send failures {phase['java']['producer_failed']}"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.versus", description=__doc__.split("\n\n")[0])
+    p.add_argument("--apache-home", type=Path, help="an Apache RocketMQ 4.9.8 distribution (lib/, conf/)")
+    p.add_argument("--rounds", type=int, default=2, help="rounds, the order of the pairs alternating (default 2)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of each send phase (default 10)")
+    p.add_argument("--messages", type=int, default=400_000, help="send phase limit in messages (default 400000)")
+    p.add_argument("--settle", type=float, default=5.0, help="seconds a fresh pair idles before it is measured")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured sends first (default 5)")
+    p.add_argument("--apache-heap", default="1g", help="Apache broker's -Xms/-Xmx (default 1g)")
+    p.add_argument("--broker-set", action="append", default=[], metavar="KEY=VALUE", help="a broker.conf line, both")
+    p.add_argument("--no-java-producer", dest="java_producer", action="store_false", help="skip Apache's Producer")
+    p.add_argument("--java-threads", type=int, default=16, help="the Java Producer's threads (default 16)")
+    p.add_argument("--java-warmup", type=float, default=8.0, help="seconds before the Java window (default 8)")
+    p.add_argument("--no-scaling", action="store_true", help="skip the 1-core / 2-core sends")
+    p.add_argument("--topics", type=int, default=1000, help="topics of the loaded RSS figure (0: skip it)")
+    p.add_argument("--connections", type=int, default=500, help="connections of the loaded RSS figure")
+    p.add_argument("--save", metavar="JSON", help="write every round's figures here")
+    args = p.parse_args(argv)
+    if args.apache_home is None:
+        args.java_producer = False
+    elif not list((args.apache_home / "lib").glob("*.jar")):
+        p.error(f"--apache-home: no jars in {args.apache_home / 'lib'}")
+    elif args.java_producer and not any("example" in j.name for j in (args.apache_home / "lib").glob("*.jar")):
+        print("no rocketmq-example jar in --apache-home/lib: the Java Producer is skipped", file=sys.stderr)
+        args.java_producer = False
+    if any("=" not in kv for kv in args.broker_set):
+        p.error("--broker-set takes KEY=VALUE")
+    if (os.cpu_count() or 1) < 2:
+        args.no_scaling = True
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    targets = ["ours", "apache"] if args.apache_home else ["ours"]
+    results: dict[str, list[dict[str, Any]]] = {t: [] for t in targets}
+    try:
+        for i in range(args.rounds):
+            for target in targets if i % 2 == 0 else targets[::-1]:
+                print(f"--- round {i + 1}: {target}", flush=True)
+                results[target].append(one_target(args, target, first_round=i == 0))
+    except SetupError as e:
+        print(f"benchmark failed: {e}", file=sys.stderr)
+        return 2
+    print()
+    now = datetime.datetime.now()
+    print(f"{platform.node()}, {os.cpu_count()} cores, {args.rounds} round(s), medians; {now:%F %T}")
+    print(render(results))
+    if args.save:
+        Path(args.save).write_text(json.dumps({"options": _jsonable(vars(args)), "results": results}, indent=2) + "\n")
+    clean = not any(
+        list(_problems(r.get(flush, {})))
+        for rounds in results.values()
+        for r in rounds
+        for flush in ("ASYNC_FLUSH", "SYNC_FLUSH")
+    )
+    return 0 if clean else 1
+
+
+def _jsonable(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
