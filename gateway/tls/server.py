@@ -58,7 +58,7 @@ class TlsServer:
         self._watch_interval = watch_interval
         # Test mode's self-signed certificate is made for the first TLS client, so a process that no TLS client
         # reaches never loads pyOpenSSL (about 13 MB); configured files are loaded now, so a bad one shows at start.
-        self._self_signed_pending = config.tlsMode is not TlsMode.DISABLED and not config.server_files
+        self._self_signed_pending = config.tlsMode is not TlsMode.DISABLED and config.tlsTestModeEnable
         if config.tlsMode is not TlsMode.DISABLED and not self._self_signed_pending:
             self.reload()
 
