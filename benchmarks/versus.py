@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,7 @@ class Pair:
 
 
 def apache_classpath(home: Path) -> str:
+    """Every jar of ``home/lib``, for ``java -cp``."""
     jars = sorted((home / "lib").glob("*.jar"))
     if not jars:
         raise SetupError(f"no jars in {home / 'lib'}")
@@ -128,9 +129,8 @@ def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str
          "org.apache.rocketmq.broker.BrokerStartup", "-c", str(root / "broker.conf")],
     ]  # fmt: skip
     procs = []
-    for command in commands:
-        log = open(root / f"{'broker' if 'BrokerStartup' in command else 'namesrv'}.out", "wb")  # noqa: SIM115
-        with log:
+    for name, command in zip(("namesrv", "broker"), commands, strict=True):
+        with open(root / f"{name}.out", "wb") as log:  # the child keeps its own descriptor
             procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
     return Pair("apache", f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}", procs)
 
@@ -171,7 +171,7 @@ def affinity_kept() -> Iterator[None]:
         os.sched_setaffinity(0, cpus)
 
 
-def python_send(args: argparse.Namespace, pair: Pair, drain: bool, extra: list[str] = ()) -> dict[str, Any]:
+def python_send(args: argparse.Namespace, pair: Pair, drain: bool, extra: Sequence[str] = ()) -> dict[str, Any]:
     """``throughput.py``'s send phase (and drain) against ``pair``."""
     argv = [
         "--namesrv", pair.namesrv, "--broker-pid", str(pair.broker_pid), "--topic", TOPIC, "--create", "admin",
@@ -198,7 +198,7 @@ def java_send(args: argparse.Namespace, pair: Pair) -> dict[str, Any]:
         "-n", pair.namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines: list[str] = []
+    lines: list[bytes] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, b"")), daemon=True)  # type: ignore[union-attr, arg-type]
     reader.start()
     try:
