@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from gateway.remoting import codec
 from gateway.remoting.codec import (
     FrameDecoder,
     ProtocolError,
@@ -619,3 +620,42 @@ def test_session_headers_decode_and_reencode_byte_identically() -> None:
         assert cmd.opaque == opaque
         assert cmd.is_response == (direction == "RESP")
         assert encode_json_header(cmd) == header
+
+
+def _ext_region(ext: dict[str, str]) -> bytes:
+    cmd = RemotingCommand(code=1, ext_fields=ext, serialize_type=SerializeType.ROCKETMQ)
+    header = codec.encode_rocketmq_header(cmd)
+    return header[21:]  # fixed part, empty remark, map length
+
+
+@given(st.dictionaries(TEXT, TEXT, min_size=1, max_size=8), st.dictionaries(TEXT, TEXT, min_size=1, max_size=8))
+def test_ext_fields_decode_the_same_with_a_learned_layout(first: dict[str, str], second: dict[str, str]) -> None:
+    # The second decode of a length learns its layout, the third uses it; a map of another shape and the same
+    # length must not be read through it.
+    for ext in (first, second, first, second, first):
+        assert codec._decode_ext_fields(_ext_region(ext)) == ext
+
+
+def test_a_learned_layout_is_used_only_by_maps_of_its_shape() -> None:
+    a, b = {"topic": "TopicA", "queueId": "1"}, {"topicX": "TopicA", "queueI": "1"}  # same length, other names
+    c = {"topic": "TopicA", "queueId": "ü"}  # not ASCII
+    assert len(_ext_region(a)) == len(_ext_region(b))
+    for ext in (a, a, a):
+        assert codec._decode_ext_fields(_ext_region(ext)) == ext
+    assert len(_ext_region(a)) in codec._EXT_LAYOUTS
+    assert codec._decode_ext_fields(_ext_region(b)) == b
+    assert codec._decode_ext_fields(_ext_region(c)) == c
+    assert codec._decode_ext_fields(_ext_region(a)) == a
+
+
+def test_ext_layouts_stay_bounded() -> None:
+    for n in range(2 * codec._EXT_LAYOUTS_MAX + 10):
+        region = _ext_region({"k": "v" * n})
+        codec._decode_ext_fields(region)
+        codec._decode_ext_fields(region)
+        assert len(codec._EXT_LAYOUTS) <= codec._EXT_LAYOUTS_MAX
+        assert len(codec._EXT_LENGTHS_SEEN) <= codec._EXT_LAYOUTS_MAX
+    big = _ext_region({"k": "v" * codec._EXT_LAYOUT_BYTES_MAX})
+    for _ in range(3):
+        codec._decode_ext_fields(big)
+    assert len(big) not in codec._EXT_LAYOUTS
