@@ -32,6 +32,7 @@ import platform
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -101,9 +102,28 @@ def apache_classpath(home: Path) -> str:
     return os.pathsep.join(str(j) for j in jars)
 
 
+def apache_broker_port() -> int:
+    """A free port whose neighbours are free too: Apache's broker also listens on port - 2 (its VIP channel) and
+    port + 1 (HA), and exits when either is taken."""
+    for _ in range(100):
+        port = free_port()
+        if port - 2 > 1024 and port + 1 < 65536 and all(_bindable(p) for p in (port - 2, port + 1)):
+            return port
+    raise SetupError("no free port with free neighbours")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # Apache binds every interface
+        except OSError:
+            return False
+    return True
+
+
 def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str) -> Pair:
     """Apache's NamesrvStartup and BrokerStartup from ``home`` with stores and logs under ``root``."""
-    ns_port, broker_port = free_port(), free_port()
+    ns_port, broker_port = free_port(), apache_broker_port()
     (root / "namesrv.properties").write_text(f"listenPort={ns_port}\nkvConfigPath={root / 'kv.json'}\n")
     lines = {
         "brokerClusterName": "DefaultCluster",
