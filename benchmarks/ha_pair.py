@@ -24,7 +24,7 @@ from typing import Any
 
 from compat_tests.servers import GatewayServers, call, free_port
 from gateway.remoting import fastjson
-from gateway.remoting.codes import RequestCode
+from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 
 from . import throughput
@@ -38,7 +38,11 @@ APACHE_REFERENCE = {
 
 
 def max_offset(addr: str) -> int:
+    """commitLogMaxOffset; OSError while the broker cannot tell (Apache 4.9.8 answers GET_BROKER_RUNTIME_INFO
+    with SYSTEM_ERROR until its first statistics sample, a second after it starts)."""
     resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3)
+    if resp.code != ResponseCode.SUCCESS or not resp.body:
+        raise OSError(f"GET_BROKER_RUNTIME_INFO from {addr}: code {resp.code} {resp.remark}")
     return int(fastjson.loads(resp.body)["table"]["commitLogMaxOffset"])
 
 
