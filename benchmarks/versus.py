@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from compat_tests.apache_broker import OPENS
+from compat_tests.apache_broker import BROKER_STARTUP, NAMESRV_STARTUP, OPENS, apache_java_argv
 from compat_tests.servers import GatewayServers, free_port, jdk_tool
 
 from . import rss, throughput
@@ -139,15 +139,13 @@ def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str
         **broker_lines,
     }
     (root / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-    java, cp = jdk_tool("java"), apache_classpath(home)
+    cp = apache_classpath(home)
     env = dict(os.environ, ROCKETMQ_HOME=str(home))
-    common = [f"-Duser.home={root}", f"-Drocketmq.home.dir={home}", *G1, *OPENS, "-cp", cp]
+    jvm = [f"-Duser.home={root}", f"-Drocketmq.home.dir={home}", *G1]
     commands = [
-        [java, "-server", "-Xms256m", "-Xmx256m", "-Xmn128m", *common,
-         "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(root / "namesrv.properties")],
-        [java, "-server", f"-Xms{heap}", f"-Xmx{heap}", f"-XX:MaxDirectMemorySize={heap}", *common,
-         "org.apache.rocketmq.broker.BrokerStartup", "-c", str(root / "broker.conf")],
-    ]  # fmt: skip
+        apache_java_argv(NAMESRV_STARTUP, root / "namesrv.properties", classpath=cp, jvm=["-Xmn128m", *jvm]),
+        apache_java_argv(BROKER_STARTUP, root / "broker.conf", classpath=cp, heap=heap, jvm=jvm),
+    ]
     procs = []
     for name, command in zip(("namesrv", "broker"), commands, strict=True):
         with open(root / f"{name}.out", "wb") as log:  # the child keeps its own descriptor

@@ -7,6 +7,7 @@ built outside it (its distribution's ``lib/*``). Without it the tests that need 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from .servers import jdk_tool
@@ -29,20 +30,33 @@ OPENS = [
 ]
 
 
+NAMESRV_STARTUP = "org.apache.rocketmq.namesrv.NamesrvStartup"
+BROKER_STARTUP = "org.apache.rocketmq.broker.BrokerStartup"
+
+
+def apache_java_argv(
+    main: str, conf: Path, *, classpath: str = CLASSPATH, heap: str = "256m", jvm: Sequence[str] = ()
+) -> list[str]:
+    """``java`` running Apache's ``main`` (NamesrvStartup, BrokerStartup) with ``-c conf``: ``heap`` for the heap
+    and direct memory, the module openings Java 17 needs, then ``jvm``'s options."""
+    return [
+        jdk_tool("java"),
+        f"-Xms{heap}",
+        f"-Xmx{heap}",
+        f"-XX:MaxDirectMemorySize={heap}",
+        *OPENS,
+        *jvm,
+        "-cp",
+        classpath,
+        main,
+        "-c",
+        str(conf),
+    ]
+
+
 def apache_broker_argv(conf: Path, home: Path) -> list[str]:
     """The command that starts Apache's broker with the properties file ``conf``; ``home`` becomes its
     ROCKETMQ_HOME (``rocketmqHome``), so the file should name it."""
     (home / "conf").mkdir(parents=True, exist_ok=True)
     (home / "conf" / "logback_broker.xml").write_text(LOGBACK)
-    return [
-        jdk_tool("java"),
-        "-Xms256m",
-        "-Xmx256m",
-        "-XX:MaxDirectMemorySize=256m",
-        *OPENS,
-        "-cp",
-        CLASSPATH,
-        "org.apache.rocketmq.broker.BrokerStartup",
-        "-c",
-        str(conf),
-    ]
+    return apache_java_argv(BROKER_STARTUP, conf)

@@ -19,7 +19,7 @@ from gateway.remoting.command import RemotingCommand
 from tests.ha.procs import Proc, until, write_properties
 
 from .apache_broker import CLASSPATH as APACHE_CLASSPATH
-from .apache_broker import LOGBACK, OPENS, apache_broker_argv
+from .apache_broker import LOGBACK, NAMESRV_STARTUP, apache_broker_argv, apache_java_argv
 from .servers import GatewayServers, call, free_port, jdk_tool
 
 MQADMIN_CLASSPATH = os.environ.get("ROCKETMQ_MQADMIN_CLASSPATH", "").strip()
@@ -127,9 +127,8 @@ def apache(tmp_path: Path) -> Iterator[Cluster]:
         "",
         namesrv_conf,
         root,
-        [jdk_tool("java"), "-Xmx256m", *OPENS, f"-Drocketmq.home.dir={home}", "-cp", APACHE_CLASSPATH,
-         "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(namesrv_conf)],
-    )  # fmt: skip
+        apache_java_argv(NAMESRV_STARTUP, namesrv_conf, jvm=[f"-Drocketmq.home.dir={home}"]),
+    )
     broker_conf = write_properties(
         root / "broker.conf",
         {

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.ha_pair import commitlog_digest
+from benchmarks.ha_pair import commitlog_digest, max_offset
 from compat_tests.apache_broker import apache_broker_argv
 from compat_tests.servers import call, create_topic_request, free_port
 from gateway.config import parse_properties
@@ -115,14 +115,8 @@ class Pair:
         resp = call(self.master, RemotingCommand.request(RequestCode.GET_BROKER_HA_STATUS), 3)
         return bool(fastjson.loads(resp.body).get("haConnectionInfo"))
 
-    @staticmethod
-    def max_offset(addr: str) -> int:
-        """The broker's commitLogMaxOffset; -1 while it cannot tell (Apache 4.9.8 fails GET_BROKER_RUNTIME_INFO
-        with NoSuchElementException until its first statistics sample, a second after it starts)."""
-        resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3)
-        if resp.code != ResponseCode.SUCCESS or not resp.body:
-            return -1
-        return int(fastjson.loads(resp.body)["table"]["commitLogMaxOffset"])
+    # The broker's commitLogMaxOffset; OSError (which ``until`` retries) while it cannot tell.
+    max_offset = staticmethod(max_offset)
 
     def send(self, n: int, size: int = 200, timeout: float = 5.0) -> list[int]:
         codes = []
