@@ -192,6 +192,7 @@ class BrokerController(service.Service):
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
         period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
+        self.registration.drop_changes()
         if self.replicas is None:
             self._apply_role()
             self._registered = self.registration.register_all()
@@ -365,7 +366,7 @@ class BrokerController(service.Service):
             self.ha_client.stop()
         if self.ha_service is not None:
             yield self.ha_service.stop()
-        self.registration.stop()
+        self.registration.drop_changes()
         yield self.registration.unregister_all()
         yield self.namesrv_client.close()
         for port in self.ports:

@@ -60,8 +60,10 @@ class BrokerRegistration:
         """Fires once every topic change so far has been registered (the registration starts next turn)."""
         return self._changes.flush()
 
-    def stop(self) -> None:
-        """Drop a registration of topic changes not yet started (the broker is about to unregister)."""
+    def drop_changes(self) -> None:
+        """Forget the topic changes not yet registered: a full registration is about to carry them (start-up,
+        whose state files create system topics), or the broker is about to unregister (stop)."""
+        self._changed.clear()
         self._changes.cancel()
 
     def _body(self, wrapper: TopicConfigSerializeWrapper) -> bytes:

@@ -196,6 +196,22 @@ async def test_topic_flood_through_tbw102_and_send_back(make_broker, addr, regis
         await b.stop()
 
 
+@pytest_twisted.ensureDeferred
+async def test_start_on_a_new_store_registers_once(make_broker, addr, registrations) -> None:
+    # A new store's state files create system topics (the timer's rmq_sys_wheel_timer): the first full
+    # registration carries them, not a second registration of changes a moment later.
+    b = make_broker(namesrvAddr=addr)
+    b.start()
+    try:
+        await b.controller.when_ready()
+        d: Deferred[None] = Deferred()
+        reactor.callLater(3 * CHANGE_DELAY, d.callback, None)
+        await d
+        assert len(registrations) == 1
+    finally:
+        await b.stop()
+
+
 async def _until(condition: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -249,7 +265,7 @@ def test_registrations_of_topic_changes_are_coalesced(tmp_path: Path) -> None:
     assert len(namesrv.calls) == 2
     # A change not yet registered when the broker stops is dropped (it is about to unregister).
     registration.topics_changed()
-    registration.stop()
+    registration.drop_changes()
     clock.advance(10 * CHANGE_DELAY)
     assert len(namesrv.calls) == 2
 
