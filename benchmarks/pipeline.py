@@ -5,6 +5,7 @@ socket benchmarks cannot separate from the VM's noise; small changes to the send
 
     python -m benchmarks.pipeline                      # 100k sends, 5 runs, ASYNC_FLUSH store in a temp dir
     python -m benchmarks.pipeline --runs 9 --set messageIndexEnable=false
+    python -m benchmarks.pipeline --serialize rocketmq  # headers as Apache's benchmark Producer sends them
 """
 
 from __future__ import annotations
@@ -19,13 +20,23 @@ from twisted.internet.testing import StringTransport
 
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
-from gateway.remoting.codec import encode
+from gateway.remoting.codec import FrameDecoder, encode
+from gateway.remoting.codes import SerializeType
 from gateway.remoting.headers import CreateTopicRequestHeader
 
 from .wire import SendFrameBuilder, java_request
 
 
-def run_once(sends: int, settings: dict[str, str], queues: int = 8, batch: int = 16) -> float:
+def _as_rocketmq(frames: bytes) -> bytes:
+    """The same frames with ROCKETMQ binary headers (rocketmq.serialize.type=ROCKETMQ)."""
+    out = []
+    for cmd in FrameDecoder().feed(frames):
+        cmd.serialize_type = SerializeType.ROCKETMQ
+        out.append(encode(cmd))
+    return b"".join(out)
+
+
+def run_once(sends: int, settings: dict[str, str], serialize: str = "json", queues: int = 8, batch: int = 16) -> float:
     """µs of process CPU per send, over ``sends`` sends in batches of ``batch`` frames a read."""
     with tempfile.TemporaryDirectory() as root:
         cfg, store_cfg = load_broker_config(
@@ -47,6 +58,8 @@ def run_once(sends: int, settings: dict[str, str], queues: int = 8, batch: int =
                 b"".join(builder.frames(template, [(i + j) % queues for j in range(batch)], i))
                 for i in range(0, 4096, batch)
             ]
+            if serialize == "rocketmq":
+                chunks = [_as_rocketmq(chunk) for chunk in chunks]
             done = 0
             started = time.process_time()
             while done < sends:
@@ -63,12 +76,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--sends", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--serialize", choices=("json", "rocketmq"), default="json", help="the send headers' encoding")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a broker.conf line")
     args = parser.parse_args()
     settings = dict(item.split("=", 1) for item in args.set)
-    figures = [run_once(args.sends, settings) for _ in range(args.runs)]
+    figures = [run_once(args.sends, settings, args.serialize) for _ in range(args.runs)]
     print(
-        f"send pipeline: median {statistics.median(figures):.1f} us CPU per send, "
+        f"send pipeline ({args.serialize} headers): median {statistics.median(figures):.1f} us CPU per send, "
         f"min {min(figures):.1f}, max {max(figures):.1f} ({args.runs} runs of {args.sends} sends)"
     )
 

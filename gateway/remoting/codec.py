@@ -3,13 +3,19 @@
 Frame: int32 length (of what follows), int32 header info (high byte = serialize type, low 24 bits =
 header length), header (JSON or ROCKETMQ binary), body. Everything the peer could get wrong raises
 :class:`ProtocolError`, after which the connection must be closed.
+
+The frame splitting and the ROCKETMQ header have a C twin (``_codec.c``, built by ``pip install`` where a C
+compiler is found), used when it is there: the Python here is the reference and the fallback, and the tests run
+both (:func:`use_accelerator`). ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` keeps to Python.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from collections.abc import Callable
+from types import ModuleType
 
 import orjson
 
@@ -115,7 +121,7 @@ def _ext_strings(ext: dict[str, object]) -> dict[str, str]:
     return {k: _ext_value(v) for k, v in ext.items() if v is not None}
 
 
-def decode_rocketmq_header(data: bytes) -> RemotingCommand:
+def _decode_rocketmq_header_py(data: bytes) -> RemotingCommand:
     """Parse the binary ROCKETMQ header (RocketMQSerializable)."""
     n = len(data)
     try:
@@ -216,7 +222,7 @@ _EXT_LAYOUT_BYTES_MAX = 4096
 _EXT_LENGTHS_SEEN: set[int] = set()
 
 
-def encode_rocketmq_header(cmd: RemotingCommand) -> bytes:
+def _encode_rocketmq_header_py(cmd: RemotingCommand) -> bytes:
     """The binary ROCKETMQ header; codes must fit in an int16."""
     fixed = _RMQ_FIXED.pack(
         cmd.code, _LANGUAGE_VALUES.get(cmd.language, LanguageCode.OTHER), cmd.version, cmd.opaque, cmd.flag
@@ -290,39 +296,82 @@ class FrameDecoder:
         self._buf = bytearray()
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
+        """The commands completed by ``data``; :class:`ProtocolError` for a frame that cannot be valid."""
         buf = self._buf
         buf += data
-        out: list[RemotingCommand] = []
-        pos = 0
-        end = len(buf)
-        try:
-            while end - pos >= 4:
-                (length,) = _INT.unpack_from(buf, pos)
-                if length < 4 or length + 4 > self.max_frame_length:
-                    raise ProtocolError(f"bad frame length {length}")
-                if end - pos - 4 < length:
-                    break
-                (info,) = _INT.unpack_from(buf, pos + 4)
-                stype = (info >> 24) & 0xFF
-                hlen = info & 0xFFFFFF
-                if hlen > length - 4:
-                    raise ProtocolError("bad header length")
-                hstart = pos + 8
-                bstart = hstart + hlen
-                fend = pos + 4 + length
-                # A copy, so no view of the buffer outlives this call (it must stay resizable).
-                header = bytes(buf[hstart:bstart])
-                if stype == SerializeType.JSON:
-                    cmd = decode_json_header(header)
-                elif stype == SerializeType.ROCKETMQ:
-                    cmd = decode_rocketmq_header(header)
-                else:
-                    raise ProtocolError(f"unknown serialize type {stype}")
-                if fend > bstart:
-                    cmd.body = bytes(buf[bstart:fend])
-                out.append(cmd)
-                pos = fend
-        finally:
-            if pos:
-                del buf[:pos]
-        return out
+        return _split_frames(buf, self.max_frame_length)
+
+
+def _split_frames_py(buf: bytearray, max_frame_length: int) -> list[RemotingCommand]:
+    """The complete frames at the start of ``buf``, decoded and removed from it (a partial frame stays)."""
+    out: list[RemotingCommand] = []
+    pos = 0
+    end = len(buf)
+    try:
+        while end - pos >= 4:
+            (length,) = _INT.unpack_from(buf, pos)
+            if length < 4 or length + 4 > max_frame_length:
+                raise ProtocolError(f"bad frame length {length}")
+            if end - pos - 4 < length:
+                break
+            (info,) = _INT.unpack_from(buf, pos + 4)
+            stype = (info >> 24) & 0xFF
+            hlen = info & 0xFFFFFF
+            if hlen > length - 4:
+                raise ProtocolError("bad header length")
+            hstart = pos + 8
+            bstart = hstart + hlen
+            fend = pos + 4 + length
+            # A copy, so no view of the buffer outlives this call (it must stay resizable).
+            header = bytes(buf[hstart:bstart])
+            if stype == SerializeType.JSON:
+                cmd = decode_json_header(header)
+            elif stype == SerializeType.ROCKETMQ:
+                cmd = _decode_rocketmq_header_py(header)
+            else:
+                raise ProtocolError(f"unknown serialize type {stype}")
+            if fend > bstart:
+                cmd.body = bytes(buf[bstart:fend])
+            out.append(cmd)
+            pos = fend
+    finally:
+        if pos:
+            del buf[:pos]
+    return out
+
+
+def use_accelerator(enabled: bool = True) -> bool:
+    """Use the C codec (when it was built) or the Python one; whether C is now in use."""
+    global decode_rocketmq_header, encode_rocketmq_header, _split_frames
+    c = _c_codec if enabled else None
+    decode_rocketmq_header = c.decode_rocketmq_header if c else _decode_rocketmq_header_py
+    encode_rocketmq_header = c.encode_rocketmq_header if c else _encode_rocketmq_header_py
+    _split_frames = c.feed if c else _split_frames_py
+    return c is not None
+
+
+def _load_accelerator() -> ModuleType | None:
+    try:
+        from . import _codec
+    except ImportError:
+        return None
+    _codec.setup(
+        command=RemotingCommand,
+        protocol_error=ProtocolError,
+        struct_error=struct.error,
+        language_names=tuple(_LANGUAGE_NAMES.get(i, "OTHER") for i in range(256)),
+        language_values=_LANGUAGE_VALUES,
+        language_other=int(LanguageCode.OTHER),
+        serialize_rocketmq=SerializeType.ROCKETMQ,
+        decode_json_header=decode_json_header,
+        ext_value=_ext_value,
+        encode_rocketmq_header=_encode_rocketmq_header_py,
+    )
+    return _codec
+
+
+_c_codec = _load_accelerator()
+decode_rocketmq_header: Callable[[bytes], RemotingCommand]
+encode_rocketmq_header: Callable[[RemotingCommand], bytes]
+_split_frames: Callable[[bytearray, int], list[RemotingCommand]]
+use_accelerator(not os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"))

@@ -15,7 +15,6 @@ from gateway.remoting.codec import (
     FrameDecoder,
     ProtocolError,
     decode_json_header,
-    decode_rocketmq_header,
     encode,
     encode_json_header,
     encode_parts,
@@ -131,7 +130,8 @@ def test_frame_length_fields_match_the_layout(cmd: RemotingCommand) -> None:
     if stype == SerializeType.JSON:
         assert decode_json_header(header) == RemotingCommand(**{**_fields(cmd), "body": b""})
     else:
-        assert decode_rocketmq_header(header) == RemotingCommand(**{**_fields(rocketmq_expected(cmd)), "body": b""})
+        expected = RemotingCommand(**{**_fields(rocketmq_expected(cmd)), "body": b""})
+        assert codec.decode_rocketmq_header(header) == expected
 
 
 def _fields(cmd: RemotingCommand) -> dict:
@@ -168,7 +168,7 @@ def test_rocketmq_header_layout_by_hand() -> None:
 
 def test_rocketmq_unknown_language_byte_is_other() -> None:
     header = struct.pack(">hBhii", 10, 200, 1, 2, 0) + struct.pack(">ii", 0, 0)
-    cmd = decode_rocketmq_header(header)
+    cmd = codec.decode_rocketmq_header(header)
     assert cmd.language == "OTHER"
     assert cmd.remark is None
     assert cmd.ext_fields is None
@@ -265,7 +265,7 @@ def test_bad_json_headers_raise_protocol_error(header: bytes) -> None:
 )
 def test_bad_rocketmq_headers_raise_protocol_error(header: bytes) -> None:
     with pytest.raises(ProtocolError):
-        decode_rocketmq_header(header)
+        codec.decode_rocketmq_header(header)
     with pytest.raises(ProtocolError):
         FrameDecoder().feed(raw_frame(header, stype=1))
 

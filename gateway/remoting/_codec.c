@@ -1,0 +1,523 @@
+/* The frame codec's hot path in C: frame splitting and the ROCKETMQ binary header, both ways.
+ *
+ * gateway/remoting/codec.py holds the reference implementation in Python and selects this module when it was
+ * built; both give the same commands, bytes and exceptions (the tests run both). Every length read from the
+ * wire is checked against the bytes actually there before it is used. Anything unusual on the encode side (a
+ * non-dict extFields, a key that is not a str) is handed back to the Python implementation rather than
+ * handled twice.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Set once by setup(): the classes and tables codec.py owns. */
+static PyObject *Command;            /* RemotingCommand */
+static PyObject *ProtocolError;      /* codec.ProtocolError */
+static PyObject *StructError;        /* struct.error, raised for values out of a field's range */
+static PyObject *LanguageNames;      /* tuple of 256 language names by code ("OTHER" where none) */
+static PyObject *LanguageValues;     /* dict: language name -> code */
+static PyObject *LanguageOther;      /* LanguageCode.OTHER's value, an int */
+static PyObject *SerializeRocketmq;  /* SerializeType.ROCKETMQ */
+static PyObject *DecodeJsonHeader;   /* decode_json_header(bytes) -> RemotingCommand */
+static PyObject *ExtValue;           /* _ext_value(object) -> str */
+static PyObject *EncodeHeaderPy;     /* the Python encode_rocketmq_header, for the unusual cases */
+static PyObject *EmptyBytes;
+static PyObject *BodyName;           /* "body" */
+
+#define SERIALIZE_JSON 0
+#define SERIALIZE_ROCKETMQ 1
+
+static inline int16_t
+get16(const unsigned char *p)
+{
+    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]);
+}
+
+static inline int32_t
+get32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline void
+put16(unsigned char *p, int v)
+{
+    p[0] = (unsigned char)((unsigned)v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static inline void
+put32(unsigned char *p, int64_t v)
+{
+    uint32_t u = (uint32_t)v;
+    p[0] = (unsigned char)(u >> 24);
+    p[1] = (unsigned char)(u >> 16);
+    p[2] = (unsigned char)(u >> 8);
+    p[3] = (unsigned char)u;
+}
+
+static int
+ready(void)
+{
+    if (Command == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gateway.remoting._codec.setup() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* UTF-8 text of the wire, or NULL with ProtocolError set (codec.py: "bad UTF-8 in ROCKETMQ header: ..."). */
+static PyObject *
+utf8(const unsigned char *p, Py_ssize_t n)
+{
+    PyObject *s = PyUnicode_DecodeUTF8((const char *)p, n, "strict");
+    if (s == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        PyErr_Format(ProtocolError, "bad UTF-8 in ROCKETMQ header: %S", value);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    return s;
+}
+
+static PyObject *
+truncated(void)
+{
+    PyErr_SetString(ProtocolError, "truncated ROCKETMQ header");
+    return NULL;
+}
+
+/* One length-prefixed field at *pos (a `size`-byte signed length, 2 or 4, then that many bytes): its start and
+ * length, *pos moved past it. -1 with ProtocolError set when the length is not there ("truncated") or does not
+ * fit in the n bytes (`what`). */
+static int
+take(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, int size, const char *what, Py_ssize_t *start,
+     Py_ssize_t *len)
+{
+    if (n - *pos < size) {
+        truncated();
+        return -1;
+    }
+    Py_ssize_t l = size == 2 ? get16(p + *pos) : get32(p + *pos);
+    Py_ssize_t s = *pos + size;
+    if (l < 0 || l > n - s) {
+        PyErr_SetString(ProtocolError, what);
+        return -1;
+    }
+    *start = s;
+    *len = l;
+    *pos = s + l;
+    return 0;
+}
+
+/* The extFields map: (int16 key length, key, int32 value length, value)... */
+static PyObject *
+decode_ext_fields(const unsigned char *p, Py_ssize_t n)
+{
+    PyObject *ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    Py_ssize_t pos = 0, kpos, klen, vpos, vlen;
+    while (pos < n) {
+        if (take(p, n, &pos, 2, "bad extFields key length", &kpos, &klen) < 0 ||
+            take(p, n, &pos, 4, "bad extFields value length", &vpos, &vlen) < 0)
+            goto error;
+        PyObject *key = utf8(p + kpos, klen);
+        if (key == NULL)
+            goto error;
+        PyObject *value = utf8(p + vpos, vlen);
+        if (value == NULL) {
+            Py_DECREF(key);
+            goto error;
+        }
+        int rc = PyDict_SetItem(ext, key, value);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        if (rc < 0)
+            goto error;
+    }
+    return ext;
+error:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+/* A RemotingCommand from a ROCKETMQ header: code int16, language byte, version int16, opaque int32, flag int32,
+ * then the remark and the extFields map, each behind an int32 length. */
+static PyObject *
+decode_header(const unsigned char *p, Py_ssize_t n, PyObject *body)
+{
+    if (n < 13)
+        return truncated();
+    Py_ssize_t pos = 13, remark_pos, remark_len, ext_pos, ext_len;
+    if (take(p, n, &pos, 4, "bad remark length", &remark_pos, &remark_len) < 0)
+        return NULL;
+    PyObject *remark = Py_None, *ext = Py_None, *result = NULL;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    PyObject *args[9] = {NULL};
+    if (remark_len) {
+        Py_DECREF(remark);
+        if ((remark = utf8(p + remark_pos, remark_len)) == NULL)
+            goto done;
+    }
+    if (take(p, n, &pos, 4, "bad extFields length", &ext_pos, &ext_len) < 0)
+        goto done;
+    if (ext_len) {
+        Py_DECREF(ext);
+        if ((ext = decode_ext_fields(p + ext_pos, ext_len)) == NULL)
+            goto done;
+    }
+    /* RemotingCommand(code, opaque, flag, language, version, remark, ext_fields, body, serialize_type) */
+    args[0] = PyLong_FromLong(get16(p));
+    args[1] = PyLong_FromLong(get32(p + 5));
+    args[2] = PyLong_FromLong(get32(p + 9));
+    args[4] = PyLong_FromLong(get16(p + 3));
+    if (args[0] == NULL || args[1] == NULL || args[2] == NULL || args[4] == NULL)
+        goto done;
+    args[3] = PyTuple_GET_ITEM(LanguageNames, p[2]);
+    args[5] = remark;
+    args[6] = ext;
+    args[7] = body;
+    args[8] = SerializeRocketmq;
+    result = PyObject_Vectorcall(Command, args, 9, NULL);
+done:
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[1]);
+    Py_XDECREF(args[2]);
+    Py_XDECREF(args[4]);
+    Py_XDECREF(remark);
+    Py_XDECREF(ext);
+    return result;
+}
+
+static PyObject *
+codec_decode_rocketmq_header(PyObject *self, PyObject *arg)
+{
+    if (!ready())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = decode_header(view.buf, view.len, EmptyBytes);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* feed(buffer: bytearray, max_frame_length: int) -> list[RemotingCommand]: every complete frame at the start of
+ * buffer, which loses them (a partial frame stays); ProtocolError for a frame that cannot be valid. */
+static PyObject *
+codec_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready())
+        return NULL;
+    if (nargs != 2 || !PyByteArray_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "feed(buffer: bytearray, max_frame_length: int)");
+        return NULL;
+    }
+    PyObject *buf = args[0];
+    long long max_frame_length = PyLong_AsLongLong(args[1]);
+    if (max_frame_length == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t pos = 0;
+    int failed = 0;
+    for (;;) {
+        /* Re-read after every call into Python: nothing should resize the buffer, but nothing is assumed. */
+        const unsigned char *p = (const unsigned char *)PyByteArray_AS_STRING(buf);
+        Py_ssize_t end = PyByteArray_GET_SIZE(buf);
+        if (end - pos < 4)
+            break;
+        long long length = get32(p + pos);
+        if (length < 4 || length + 4 > max_frame_length) {
+            PyErr_Format(ProtocolError, "bad frame length %lld", length);
+            failed = 1;
+            break;
+        }
+        if (end - pos - 4 < length)
+            break;
+        uint32_t info = (uint32_t)get32(p + pos + 4);
+        unsigned stype = (info >> 24) & 0xFF;
+        Py_ssize_t hlen = info & 0xFFFFFF;
+        if (hlen > length - 4) {
+            PyErr_SetString(ProtocolError, "bad header length");
+            failed = 1;
+            break;
+        }
+        Py_ssize_t hstart = pos + 8, bstart = hstart + hlen, fend = pos + 4 + (Py_ssize_t)length;
+        PyObject *body = fend > bstart ? PyBytes_FromStringAndSize((const char *)p + bstart, fend - bstart) : EmptyBytes;
+        if (body == NULL) {
+            failed = 1;
+            break;
+        }
+        if (body == EmptyBytes)
+            Py_INCREF(body);
+        PyObject *cmd = NULL;
+        if (stype == SERIALIZE_ROCKETMQ) {
+            cmd = decode_header(p + hstart, hlen, body);
+        } else if (stype == SERIALIZE_JSON) {
+            PyObject *header = PyBytes_FromStringAndSize((const char *)p + hstart, hlen);
+            if (header != NULL) {
+                cmd = PyObject_CallOneArg(DecodeJsonHeader, header);
+                Py_DECREF(header);
+            }
+            if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
+                Py_CLEAR(cmd);
+        } else {
+            PyErr_Format(ProtocolError, "unknown serialize type %u", stype);
+        }
+        Py_DECREF(body);
+        if (cmd == NULL) {
+            failed = 1;
+            break;
+        }
+        int rc = PyList_Append(out, cmd);
+        Py_DECREF(cmd);
+        if (rc < 0) {
+            failed = 1;
+            break;
+        }
+        pos = fend;
+    }
+    if (pos) {
+        /* Keep the exception (if any) across the slice deletion. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PySequence_DelSlice(buf, 0, pos) < 0) {
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    if (failed) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* An integer attribute within [lo, hi], or -1 with struct.error set, as struct.pack would refuse it. */
+static int
+int_attr(PyObject *cmd, const char *name, long long lo, long long hi, long long *out)
+{
+    PyObject *v = PyObject_GetAttrString(cmd, name);
+    if (v == NULL)
+        return -1;
+    PyObject *index = PyNumber_Index(v);
+    Py_DECREF(v);
+    if (index == NULL) {
+        PyErr_SetString(StructError, "required argument is not an integer");
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || x < lo || x > hi) {
+        PyErr_Format(StructError, "%s out of range for the ROCKETMQ header", name);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *
+encode_in_python(PyObject *cmd)
+{
+    return PyObject_CallOneArg(EncodeHeaderPy, cmd);
+}
+
+/* encode_rocketmq_header(cmd) -> bytes, as codec.py's: None keys and values are left out, non-str values
+ * become Java's strings (_ext_value). */
+static PyObject *
+codec_encode_rocketmq_header(PyObject *self, PyObject *cmd)
+{
+    if (!ready())
+        return NULL;
+    long long code, version, opaque, flag, lang;
+    if (int_attr(cmd, "code", INT16_MIN, INT16_MAX, &code) < 0)
+        return NULL;
+    PyObject *language = PyObject_GetAttrString(cmd, "language");
+    if (language == NULL)
+        return NULL;
+    PyObject *lang_value = PyDict_GetItemWithError(LanguageValues, language);
+    Py_DECREF(language);
+    if (lang_value == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        lang_value = LanguageOther;
+    }
+    lang = PyLong_AsLongLong(lang_value);
+    if (lang == -1 && PyErr_Occurred())
+        return NULL;
+    if (int_attr(cmd, "version", INT16_MIN, INT16_MAX, &version) < 0 ||
+        int_attr(cmd, "opaque", INT32_MIN, INT32_MAX, &opaque) < 0 ||
+        int_attr(cmd, "flag", INT32_MIN, INT32_MAX, &flag) < 0)
+        return NULL;
+
+    PyObject *remark = PyObject_GetAttrString(cmd, "remark");
+    if (remark == NULL)
+        return NULL;
+    PyObject *ext = PyObject_GetAttrString(cmd, "ext_fields");
+    if (ext == NULL) {
+        Py_DECREF(remark);
+        return NULL;
+    }
+    PyObject *result = NULL, *items = NULL;
+    const char *remark_utf8 = NULL;
+    Py_ssize_t remark_len = 0;
+    if (remark != Py_None && !(PyUnicode_Check(remark) && PyUnicode_GET_LENGTH(remark) == 0)) {
+        if (!PyUnicode_Check(remark)) {
+            result = encode_in_python(cmd);
+            goto done;
+        }
+        if ((remark_utf8 = PyUnicode_AsUTF8AndSize(remark, &remark_len)) == NULL)
+            goto done;
+    }
+    if (ext != Py_None && !PyDict_Check(ext)) {
+        result = encode_in_python(cmd);
+        goto done;
+    }
+    /* The entries to write, as str key, str value, ... (non-str values as Java's strings): the bytes are written
+     * from this list, which nothing else can change, not from the dict. */
+    if ((items = PyList_New(0)) == NULL)
+        goto done;
+    Py_ssize_t ext_size = 0, i = 0;
+    PyObject *k, *v;
+    while (ext != Py_None && PyDict_Next(ext, &i, &k, &v)) {
+        if (k == Py_None || v == Py_None)
+            continue;
+        if (!PyUnicode_Check(k)) {
+            result = encode_in_python(cmd);
+            goto done;
+        }
+        if (PyList_Append(items, k) < 0)
+            goto done;
+        if (PyUnicode_Check(v)) {
+            if (PyList_Append(items, v) < 0)
+                goto done;
+        } else {
+            PyObject *s = PyObject_CallOneArg(ExtValue, v);
+            if (s == NULL)
+                goto done;
+            int rc = PyUnicode_Check(s) ? PyList_Append(items, s) : -1;
+            if (rc < 0 && !PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "_ext_value did not return a str");
+            Py_DECREF(s);
+            if (rc < 0)
+                goto done;
+        }
+    }
+    Py_ssize_t n_items = PyList_GET_SIZE(items);
+    for (Py_ssize_t j = 0; j < n_items; j += 2) {
+        Py_ssize_t klen, vlen;
+        if (PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(items, j), &klen) == NULL ||
+            PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(items, j + 1), &vlen) == NULL)
+            goto done;
+        if (klen > INT16_MAX) {
+            PyErr_SetString(StructError, "extFields key longer than 32767 bytes");
+            goto done;
+        }
+        if (vlen > INT32_MAX - 6 - klen || ext_size > INT32_MAX - 6 - klen - vlen) {
+            PyErr_SetString(StructError, "extFields longer than 2 GiB");
+            goto done;
+        }
+        ext_size += 2 + klen + 4 + vlen;
+    }
+    result = PyBytes_FromStringAndSize(NULL, 13 + 4 + remark_len + 4 + ext_size);
+    if (result == NULL)
+        goto done;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    put16(out, (int)code);
+    out[2] = (unsigned char)lang;
+    put16(out + 3, (int)version);
+    put32(out + 5, opaque);
+    put32(out + 9, flag);
+    put32(out + 13, remark_len);
+    out += 17;
+    if (remark_len) {
+        memcpy(out, remark_utf8, remark_len);
+        out += remark_len;
+    }
+    put32(out, ext_size);
+    out += 4;
+    for (Py_ssize_t j = 0; j < n_items; j += 2) {
+        Py_ssize_t klen, vlen;
+        /* Both UTF-8 forms are cached in the str objects by the sizing loop. */
+        const char *kb = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(items, j), &klen);
+        const char *vb = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(items, j + 1), &vlen);
+        put16(out, (int)klen);
+        memcpy(out + 2, kb, klen);
+        out += 2 + klen;
+        put32(out, vlen);
+        memcpy(out + 4, vb, vlen);
+        out += 4 + vlen;
+    }
+done:
+    Py_DECREF(remark);
+    Py_DECREF(ext);
+    Py_XDECREF(items);
+    if (PyErr_Occurred())
+        Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *
+codec_setup(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"command", "protocol_error", "struct_error", "language_names", "language_values",
+                            "language_other", "serialize_rocketmq", "decode_json_header", "ext_value",
+                            "encode_rocketmq_header", NULL};
+    PyObject *o[10];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!OOOOO:setup", names, &o[0], &o[1], &o[2], &PyTuple_Type,
+                                     &o[3], &PyDict_Type, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9]))
+        return NULL;
+    if (PyTuple_GET_SIZE(o[3]) != 256) {
+        PyErr_SetString(PyExc_ValueError, "language_names must have 256 entries");
+        return NULL;
+    }
+    PyObject **slots[10] = {&Command, &ProtocolError, &StructError, &LanguageNames, &LanguageValues,
+                            &LanguageOther, &SerializeRocketmq, &DecodeJsonHeader, &ExtValue, &EncodeHeaderPy};
+    for (int j = 0; j < 10; j++) {
+        Py_INCREF(o[j]);
+        Py_XSETREF(*slots[j], o[j]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))codec_setup, METH_VARARGS | METH_KEYWORDS,
+     "setup(...): the classes and tables of gateway.remoting.codec this module builds and raises."},
+    {"feed", (PyCFunction)(void (*)(void))codec_feed, METH_FASTCALL,
+     "feed(buffer, max_frame_length) -> list of RemotingCommand; the frames taken are removed from buffer."},
+    {"decode_rocketmq_header", codec_decode_rocketmq_header, METH_O,
+     "decode_rocketmq_header(data) -> RemotingCommand, from a binary ROCKETMQ header."},
+    {"encode_rocketmq_header", codec_encode_rocketmq_header, METH_O,
+     "encode_rocketmq_header(cmd) -> bytes, the binary ROCKETMQ header."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "gateway.remoting._codec",
+    "The remoting frame codec's hot path in C (see gateway.remoting.codec for the reference).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__codec(void)
+{
+    EmptyBytes = PyBytes_FromStringAndSize(NULL, 0);
+    BodyName = PyUnicode_InternFromString("body");
+    if (EmptyBytes == NULL || BodyName == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
