@@ -1,7 +1,8 @@
-/* The frame codec's hot path in C: frame splitting and the ROCKETMQ binary header, both ways.
+/* The frame codec's hot path in C: frame splitting, the ROCKETMQ binary header both ways, and the fields of a
+ * custom header from extFields.
  *
- * gateway/remoting/codec.py holds the reference implementation in Python and selects this module when it was
- * built; both give the same commands, bytes and exceptions (the tests run both). Every length read from the
+ * gateway/remoting/codec.py and headers.py hold the reference implementation in Python and select this module
+ * when it was built; both give the same commands, bytes and exceptions (the tests run both). Every length read from the
  * wire is checked against the bytes actually there before it is used. Anything unusual on the encode side (a
  * non-dict extFields, a key that is not a str) is handed back to the Python implementation rather than
  * handled twice.
@@ -24,6 +25,14 @@ static PyObject *ExtValue;           /* _ext_value(object) -> str */
 static PyObject *EncodeHeaderPy;     /* the Python encode_rocketmq_header, for the unusual cases */
 static PyObject *EmptyBytes;
 static PyObject *BodyName;           /* "body" */
+
+/* Set once by setup_headers(): what gateway.remoting.headers' decoders use. */
+static PyObject *HeaderError;        /* headers.HeaderError */
+static PyObject *ToIntOrNone;        /* Long.parseLong's rules: int, or None where Java leaves the field unset */
+static PyObject *IsTrue;             /* v.lower() == "true", for text that is not ASCII */
+static PyObject *CheckName;          /* check_name(kind, name): raises for an illegal topic or group, remembers it */
+static PyObject *KnownTopics;        /* set of topic names found legal */
+static PyObject *KnownGroups;        /* set of group names found legal */
 
 #define SERIALIZE_JSON 0
 #define SERIALIZE_ROCKETMQ 1
@@ -472,6 +481,150 @@ done:
     return result;
 }
 
+
+/* Header field kinds, as headers.py numbers them. */
+enum { KIND_STR, KIND_INT, KIND_BOOL, KIND_TOPIC, KIND_GROUP };
+
+/* An ASCII str of 1..18 decimal digits (Python's isascii() and isdigit() and len < 19) as an int, else NULL
+ * without an exception set. */
+static PyObject *
+small_decimal(PyObject *v)
+{
+    if (!PyUnicode_IS_ASCII(v))
+        return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n < 1 || n > 18)
+        return NULL;
+    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (c[i] < '0' || c[i] > '9')
+            return NULL;
+        x = x * 10 + (c[i] - '0');
+    }
+    return PyLong_FromLongLong(x);
+}
+
+/* One field's value (a new reference) from its wire value `v` (borrowed, may be NULL for absent); NULL with an
+ * exception set, or NotImplemented (a value that is not a str) for the Python decoder to handle. */
+static PyObject *
+field_value(PyObject *v, long kind, int required)
+{
+    if (v == NULL || v == Py_None || kind == KIND_STR) {
+        if (v == NULL)
+            v = Py_None;
+        Py_INCREF(v);
+        return v;
+    }
+    if (!PyUnicode_Check(v))
+        Py_RETURN_NOTIMPLEMENTED;
+    if (kind == KIND_INT) {
+        PyObject *x = small_decimal(v);
+        return x != NULL || PyErr_Occurred() ? x : PyObject_CallOneArg(ToIntOrNone, v);
+    }
+    if (kind == KIND_BOOL) {
+        if (!PyUnicode_IS_ASCII(v))
+            return PyObject_CallOneArg(IsTrue, v);
+        const Py_UCS1 *c = PyUnicode_1BYTE_DATA(v);
+        int yes = PyUnicode_GET_LENGTH(v) == 4 && (c[0] | 0x20) == 't' && (c[1] | 0x20) == 'r' &&
+                  (c[2] | 0x20) == 'u' && (c[3] | 0x20) == 'e';
+        return PyBool_FromLong(yes);
+    }
+    /* A topic or a group: optional and blank is absent; a name not seen before is checked (and remembered). */
+    if (!required && PyUnicode_GET_LENGTH(v) == 0)
+        Py_RETURN_NONE;
+    int known = PySet_Contains(kind == KIND_TOPIC ? KnownTopics : KnownGroups, v);
+    if (known < 0)
+        return NULL;
+    if (!known) {
+        PyObject *kind_obj = PyLong_FromLong(kind);
+        if (kind_obj == NULL)
+            return NULL;
+        PyObject *r = PyObject_CallFunctionObjArgs(CheckName, kind_obj, v, NULL);
+        Py_DECREF(kind_obj);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* decode_fields(ext, spec) -> tuple of field values, or NotImplemented when ext or one of its values is not what
+ * a decoded command carries (the Python decoder then runs). spec: (wire key, kind, required, default,
+ * message when missing) per field, in the dataclass's order. */
+static PyObject *
+codec_decode_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (HeaderError == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gateway.remoting._codec.setup_headers() was not called");
+        return NULL;
+    }
+    if (nargs != 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "decode_fields(ext, spec: tuple)");
+        return NULL;
+    }
+    PyObject *ext = args[0], *spec = args[1];
+    if (ext != Py_None && !PyDict_CheckExact(ext))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject *out = PyTuple_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 5) {
+            PyErr_SetString(PyExc_TypeError, "a field spec is (key, kind, required, default, message)");
+            goto error;
+        }
+        PyObject *v = NULL;
+        if (ext != Py_None && (v = PyDict_GetItemWithError(ext, PyTuple_GET_ITEM(f, 0))) == NULL && PyErr_Occurred())
+            goto error;
+        long kind = PyLong_AsLong(PyTuple_GET_ITEM(f, 1));
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(f, 2));
+        if ((kind == -1 || required < 0) && PyErr_Occurred())
+            goto error;
+        PyObject *value = field_value(v, kind, required);
+        if (value == NULL)
+            goto error;
+        if (value == Py_NotImplemented) {
+            Py_DECREF(out);
+            return value;
+        }
+        if (value == Py_None) {
+            Py_DECREF(value);
+            if (required) {
+                PyErr_SetObject(HeaderError, PyTuple_GET_ITEM(f, 4));
+                goto error;
+            }
+            value = PyTuple_GET_ITEM(f, 3);
+            Py_INCREF(value);
+        }
+        PyTuple_SET_ITEM(out, i, value);
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *
+codec_setup_headers(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"header_error", "to_int_or_none", "is_true", "check_name", "known_topics",
+                            "known_groups", NULL};
+    PyObject *o[6];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO!O!:setup_headers", names, &o[0], &o[1], &o[2], &o[3],
+                                     &PySet_Type, &o[4], &PySet_Type, &o[5]))
+        return NULL;
+    PyObject **slots[6] = {&HeaderError, &ToIntOrNone, &IsTrue, &CheckName, &KnownTopics, &KnownGroups};
+    for (int j = 0; j < 6; j++) {
+        Py_INCREF(o[j]);
+        Py_XSETREF(*slots[j], o[j]);
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *
 codec_setup(PyObject *self, PyObject *args, PyObject *kwargs)
 {
@@ -504,6 +657,10 @@ static PyMethodDef methods[] = {
      "decode_rocketmq_header(data) -> RemotingCommand, from a binary ROCKETMQ header."},
     {"encode_rocketmq_header", codec_encode_rocketmq_header, METH_O,
      "encode_rocketmq_header(cmd) -> bytes, the binary ROCKETMQ header."},
+    {"setup_headers", (PyCFunction)(void (*)(void))codec_setup_headers, METH_VARARGS | METH_KEYWORDS,
+     "setup_headers(...): what gateway.remoting.headers' decoders raise and call."},
+    {"decode_fields", (PyCFunction)(void (*)(void))codec_decode_fields, METH_FASTCALL,
+     "decode_fields(ext, spec) -> tuple of a header's field values, or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

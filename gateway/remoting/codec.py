@@ -341,13 +341,19 @@ def _split_frames_py(buf: bytearray, max_frame_length: int) -> list[RemotingComm
 
 
 def use_accelerator(enabled: bool = True) -> bool:
-    """Use the C codec (when it was built) or the Python one; whether C is now in use."""
-    global decode_rocketmq_header, encode_rocketmq_header, _split_frames
-    c = _c_codec if enabled else None
+    """Use the C codec (when it was built) or the Python one; whether C is now in use. Header decoders keep the
+    choice in force when each was first used."""
+    global decode_rocketmq_header, encode_rocketmq_header, _split_frames, _c_in_use
+    c = _c_in_use = _c_codec if enabled else None
     decode_rocketmq_header = c.decode_rocketmq_header if c else _decode_rocketmq_header_py
     encode_rocketmq_header = c.encode_rocketmq_header if c else _encode_rocketmq_header_py
     _split_frames = c.feed if c else _split_frames_py
     return c is not None
+
+
+def accelerator(loaded: bool = False) -> ModuleType | None:
+    """The C codec module if it is in use (or, with ``loaded``, if it was built), else None."""
+    return _c_codec if loaded else _c_in_use
 
 
 def _load_accelerator() -> ModuleType | None:
@@ -371,6 +377,7 @@ def _load_accelerator() -> ModuleType | None:
 
 
 _c_codec = _load_accelerator()
+_c_in_use: ModuleType | None = None
 decode_rocketmq_header: Callable[[bytes], RemotingCommand]
 encode_rocketmq_header: Callable[[RemotingCommand], bytes]
 _split_frames: Callable[[bytearray, int], list[RemotingCommand]]

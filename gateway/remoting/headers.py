@@ -11,6 +11,7 @@ import re
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Self
 
+from . import codec
 from .names import GROUP_MAX_LENGTH, TOPIC_MAX_LENGTH, check_group, check_topic
 
 
@@ -49,6 +50,8 @@ def _to_int(v: str) -> int:
 
 
 _PARSERS = {str: str, int: _to_int, bool: _to_bool, Topic: check_topic, Group: check_group}
+# The C codec's numbers for the kinds (gateway/remoting/_codec.c).
+_KINDS = {str: 0, _to_int: 1, _to_bool: 2, check_topic: 3, check_group: 4}
 _LEGAL_NAME = re.compile(r"[%|a-zA-Z0-9_-]+").fullmatch
 # Names already found legal: the same few topics and groups arrive on every request, and a set lookup is
 # cheaper than the check. Bounded: a client sending endless new names only empties them.
@@ -61,6 +64,32 @@ def _remember(known: set[str], name: str) -> None:
     if len(known) >= _KNOWN_MAX:
         known.clear()
     known.add(name)
+
+
+def _to_int_or_none(v: str) -> int | None:
+    try:
+        return _to_int(v)
+    except ValueError:
+        return None  # Java logs and leaves the field unset
+
+
+def _check_name(kind: int, name: str) -> None:
+    """A topic (kind 3) or group (4) name not seen before: raise with Apache's remark if illegal, else remember it."""
+    topic = kind == _KINDS[check_topic]
+    if len(name) > (TOPIC_MAX_LENGTH if topic else GROUP_MAX_LENGTH) or _LEGAL_NAME(name) is None:
+        (check_topic if topic else check_group)(name)
+    _remember(_KNOWN_TOPICS if topic else _KNOWN_GROUPS, name)
+
+
+if (_c_codec := codec.accelerator(loaded=True)) is not None:
+    _c_codec.setup_headers(
+        header_error=HeaderError,
+        to_int_or_none=_to_int_or_none,
+        is_true=_to_bool,
+        check_name=_check_name,
+        known_topics=_KNOWN_TOPICS,
+        known_groups=_KNOWN_GROUPS,
+    )
 
 
 def ext_value(v: Any) -> str:
@@ -91,7 +120,32 @@ class CommandHeader:
 
     @classmethod
     def _compile_decoder(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...]) -> Any:
-        """Generate a decoder for ``spec`` once: headers are decoded on every request (the send hot path)."""
+        """The decoder for ``spec``, made once (headers are decoded on every request: the send hot path): the C
+        codec's when it is in use, with the generated Python one for the values C hands back (not str)."""
+        python = cls._python_decoder(spec)
+        c = codec.accelerator()
+        if c is None:
+            return python
+        c_spec = cls._c_spec(spec)
+        decode_fields = c.decode_fields
+
+        def decode(ext: dict[str, str] | None) -> Any:
+            values = decode_fields(ext, c_spec)
+            return python(ext) if values is NotImplemented else cls(*values)
+
+        return decode
+
+    @staticmethod
+    def _c_spec(spec: tuple[tuple[str, str, Any, bool, Any], ...]) -> tuple[tuple[str, int, bool, Any, str], ...]:
+        """``spec`` as the C codec's decode_fields takes it: (key, kind, required, default, message if missing)."""
+        return tuple(
+            (key, _KINDS[parse], required, default, f"the custom field <{attr}> is null")
+            for attr, key, parse, required, default in spec
+        )
+
+    @classmethod
+    def _python_decoder(cls, spec: tuple[tuple[str, str, Any, bool, Any], ...]) -> Any:
+        """Generate the Python decoder for ``spec`` (the reference, and the fallback of the C one)."""
         lines = ["def decode(ext):", "    g = (ext or {}).get"]
         env: dict[str, Any] = {
             "HeaderError": HeaderError,

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from gateway.remoting import codec
 from gateway.remoting.codes import SerializeType
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import CommandHeader, SendMessageRequestHeader
 
 from .test_codec import COMMANDS, TEXT, rocketmq_commands
 
@@ -68,7 +69,7 @@ def _length_fields(header: bytes) -> list[tuple[int, int]]:
 
 
 @st.composite
-def headers(draw: st.DrawFn) -> bytes:
+def rocketmq_headers(draw: st.DrawFn) -> bytes:
     """ROCKETMQ headers: valid ones, and valid ones with a length off by a little, cut short, grown or with a
     byte changed (the off-by-one cases are where a bounds check is wrong)."""
     data = bytearray(codec._encode_rocketmq_header_py(draw(commands())))
@@ -92,7 +93,7 @@ def headers(draw: st.DrawFn) -> bytes:
 
 @needs_c
 @FUZZ
-@given(headers() | st.binary(max_size=64))
+@given(rocketmq_headers() | st.binary(max_size=64))
 def test_decode_rocketmq_header_agrees_with_python(header: bytes) -> None:
     assert outcome(C.decode_rocketmq_header, header) == outcome(codec._decode_rocketmq_header_py, header)
 
@@ -269,3 +270,101 @@ def test_pure_python_is_kept_when_asked() -> None:
     env = {**os.environ, "ROCKETMQ_GATEWAY_PURE_PYTHON": "1"}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "gateway.remoting.codec"
+
+
+def _header_classes() -> list[type[CommandHeader]]:
+    found, todo = [], list(CommandHeader.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return sorted(found, key=lambda c: c.__name__)
+
+
+SEND_V2_SPEC = SendMessageRequestHeader._fields_spec(SendMessageRequestHeader.V2_NAMES)
+HEADER_SPECS = [(cls, cls._fields_spec()) for cls in _header_classes()] + [(SendMessageRequestHeader, SEND_V2_SPEC)]
+# Values where the parsers' rules bite: digit runs around 18/19 digits, signs, case, blanks, illegal names.
+EDGE_VALUES = [
+    "",
+    "0",
+    "7",
+    "-1",
+    "+5",
+    " 1",
+    "1.0",
+    "١٢",
+    "9" * 18,
+    "9" * 19,
+    "-" + "9" * 18,
+    "9223372036854775808",
+    "true",
+    "TRUE",
+    "tRuE",
+    "false",
+    "yes",
+    "İ",
+    "TopicA",
+    "%RETRY%g",
+    "a b",
+    "x" * 128,
+    "x" * 256,
+    "g|h",
+    5,
+    None,
+]
+WIRE_VALUES = st.sampled_from(EDGE_VALUES) | TEXT | st.integers() | st.none()  # fmt: skip
+
+
+@st.composite
+def header_inputs(draw: st.DrawFn) -> tuple[type[CommandHeader], Any, Any]:
+    cls, spec = draw(st.sampled_from(HEADER_SPECS))
+    keys = [key for _, key, *_ in spec]
+    ext = draw(st.none() | st.dictionaries(st.sampled_from(keys) | TEXT, WIRE_VALUES, max_size=len(keys) + 2))
+    return cls, spec, ext
+
+
+def _outcome_with_message(fn: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "ok", fn()
+    except Exception as e:
+        return "raised", (type(e), str(e))
+
+
+def _decoded_both_ways(cls: type[CommandHeader], spec: Any, ext: Any) -> tuple[Any, Any]:
+    """(outcome through the C decode_fields, outcome of the generated Python decoder)."""
+    python = cls._python_decoder(spec)
+
+    def with_c() -> Any:
+        values = C.decode_fields(ext, cls._c_spec(spec))
+        return python(ext) if values is NotImplemented else cls(*values)
+
+    return _outcome_with_message(with_c), _outcome_with_message(lambda: python(ext))
+
+
+@needs_c
+@FUZZ
+@given(header_inputs())
+def test_header_fields_decode_as_the_python_decoder_does(case: tuple[Any, Any, Any]) -> None:
+    with_c, with_python = _decoded_both_ways(*case)
+    assert with_c == with_python
+
+
+@needs_c
+def test_every_field_of_every_header_with_each_edge_value_decodes_as_the_python_decoder_does() -> None:
+    plain = {0: "s", 1: "1", 2: "true", 3: "TopicA", 4: "GroupA"}
+    for cls, spec in HEADER_SPECS:
+        base = {key: plain[kind] for key, kind, *_ in cls._c_spec(spec)}
+        for key in base:
+            for value in EDGE_VALUES:
+                with_c, with_python = _decoded_both_ways(cls, spec, {**base, key: value})
+                assert with_c == with_python, (cls, key, value)
+
+
+@needs_c
+def test_a_send_header_is_decoded_by_c_without_the_python_decoder() -> None:
+    ext = {"a": "pg", "b": "TopicA", "c": "TBW102", "d": "4", "e": "3", "f": "0", "g": "1700000000000", "h": "0",
+           "i": "TAGS\x01a\x02WAIT\x01true", "j": "0", "k": "false", "m": "false", "n": "broker-a"}  # fmt: skip
+    values = C.decode_fields(ext, SendMessageRequestHeader._c_spec(SEND_V2_SPEC))
+    assert values is not NotImplemented
+    assert SendMessageRequestHeader(*values) == SendMessageRequestHeader.decode_v2(ext)
+    assert values[:5] == ("pg", "TopicA", "TBW102", 4, 3)

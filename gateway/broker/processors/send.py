@@ -380,7 +380,7 @@ class SendMessageProcessor:
         ext: dict[str, str],
         properties: str | None,
     ) -> RemotingCommand | Deferred[Any]:
-        code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, str(result.status)))
+        code, remark = _status_code(result.status)
         if code != ResponseCode.SUCCESS or result.append is None:
             return request.response(code, remark, ext)
         append = result.append
@@ -409,5 +409,12 @@ def put_result_response(request: RemotingCommand, result: PutMessageResult) -> R
     """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code."""
     if result.ok:
         return request.response(ResponseCode.SUCCESS)
-    code, remark = _STATUS_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, str(result.status)))
+    code, remark = _status_code(result.status)
     return request.response(code, remark)
+
+
+def _status_code(status: PutMessageStatus) -> tuple[int, str | None]:
+    """The response code and remark of a put status (SYSTEM_ERROR for one with none)."""
+    found = _STATUS_CODES.get(status)
+    # The fallback is built only when needed: str() of an enum is not free, and this runs on every send.
+    return found if found is not None else (ResponseCode.SYSTEM_ERROR, str(status))
