@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from twisted.internet import error
+from twisted.internet import error, tcp
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
@@ -71,6 +71,10 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self._partial = 0
         self._unsent = 0
         self._paused = False
+        # While a read is handled, the replies it causes wait here and leave together (one send).
+        self._replies: list[bytes] | None = None
+        # A plain TCP transport whose empty buffer we may bypass (see _flush_replies).
+        self._direct = False
 
     # -- connection lifecycle
 
@@ -92,6 +96,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         if self.idle_timeout:
             self.callLater = self.clock.callLater
             self.setTimeout(self.idle_timeout)
+        self._direct = isinstance(self.transport, tcp.Connection) and hasattr(self.transport, "_tempDataLen")
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if isinstance(self.factory, RemotingServerFactory):
@@ -152,15 +157,23 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                 budget.charge(delta)
                 if not self.connected_:
                     return  # evicted: its complete frames would get no answer
-        for cmd in commands:
-            if cmd.is_response:
-                d = self.pending.pop(cmd.opaque, None)
-                if d is None:
-                    log.debug("response with unknown opaque {opaque} from {peer}", opaque=cmd.opaque, peer=self.peer)
-                else:
-                    d.callback(cmd)
-            elif self.dispatcher is not None:
-                self.dispatcher.dispatch(self, cmd)
+        self._replies = []
+        try:
+            for cmd in commands:
+                if cmd.is_response:
+                    d = self.pending.pop(cmd.opaque, None)
+                    if d is None:
+                        log.debug(
+                            "response with unknown opaque {opaque} from {peer}", opaque=cmd.opaque, peer=self.peer
+                        )
+                    else:
+                        d.callback(cmd)
+                elif self.dispatcher is not None:
+                    self.dispatcher.dispatch(self, cmd)
+        finally:
+            replies, self._replies = self._replies, None
+            if replies and self.connected_:
+                self._flush_replies(replies)
 
     # -- output
 
@@ -189,7 +202,31 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self.send_command(request)
 
     def _write(self, parts: list[bytes]) -> None:
+        if self._replies is not None:
+            self._replies += parts
+            return
         self.transport.writeSequence(parts)
+        self._charge_if_paused(parts)
+
+    def _flush_replies(self, parts: list[bytes]) -> None:
+        """Send the replies to one read. Twisted would buffer them and send on the next writable event (two
+        epoll_ctl calls and a reactor turn per reply batch); with nothing buffered before them they go to the
+        socket now, and only what the socket does not take is left to the transport."""
+        t = self.transport
+        if not (self._direct and not t._tempDataLen and t.offset == len(t.dataBuffer) and not t.disconnecting):
+            t.writeSequence(parts)
+            self._charge_if_paused(parts)
+            return
+        data = b"".join(parts)
+        sent = t.writeSomeData(data)
+        if isinstance(sent, Exception):  # the connection is gone: the transport finds out and closes it
+            sent = 0
+        if sent < len(data):
+            rest = [data[sent:]]
+            t.writeSequence(rest)
+            self._charge_if_paused(rest)
+
+    def _charge_if_paused(self, parts: list[bytes]) -> None:
         if self._paused and self.budget is not None:
             # The transport's buffer is full (maybe with this very frame): it waits in our memory.
             size = sum(map(len, parts))

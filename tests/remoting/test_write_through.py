@@ -1,0 +1,148 @@
+"""Replies to one read leave in one send, straight to the socket when nothing is buffered before them, and stay in
+order when the socket is full (Twisted buffers the rest)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+import pytest_twisted
+from twisted.internet import reactor
+from twisted.internet.task import deferLater
+
+from gateway.remoting.client import RemotingClient
+from gateway.remoting.codec import FrameDecoder, encode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.dispatch import RequestDispatcher
+from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+
+BIG = 256 * 1024
+
+
+def _server() -> tuple[RemotingServerFactory, Any, str]:
+    dispatcher = RequestDispatcher()
+    dispatcher.register(1, lambda ch, req: req.response(ext_fields={"i": req.ext("i") or ""}))
+    dispatcher.register(2, lambda ch, req: req.response(ext_fields={"i": req.ext("i") or ""}, body=b"b" * BIG))
+    factory = RemotingServerFactory(dispatcher)
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    return factory, port, f"127.0.0.1:{port.getHost().port}"
+
+
+def _spy(channel: RemotingProtocol) -> dict[str, int]:
+    """Counts of the server connection's reads, direct sends and buffered writes."""
+    counts = {"reads": 0, "sends": 0, "buffered": 0}
+    t = channel.transport
+    read, send, buffered = channel.dataReceived, t.writeSomeData, t.writeSequence
+
+    def counted(key: str, fn: Any) -> Any:
+        def call(*args: Any) -> Any:
+            counts[key] += 1
+            return fn(*args)
+
+        return call
+
+    channel.dataReceived = counted("reads", read)  # type: ignore[method-assign]
+    t.writeSomeData = counted("sends", send)
+    t.writeSequence = counted("buffered", buffered)
+    return counts
+
+
+async def _sleep(seconds: float) -> None:
+    await deferLater(reactor, seconds, lambda: None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_replies_to_one_read_leave_in_one_send_without_a_reactor_turn() -> None:
+    factory, port, addr = _server()
+    client = RemotingClient(reactor)
+    try:
+        channel = await client.get_channel(addr)
+        await _sleep(0.05)
+        (server_side,) = factory.channels
+        counts = _spy(server_side)
+        # Written in one turn by the client: one read on the server, almost always.
+        answers = [channel.invoke(RemotingCommand.request(1, {"i": str(i)}), 5) for i in range(8)]
+        replies = [await d for d in answers]
+        assert [r.ext("i") for r in replies] == [str(i) for i in range(8)]
+        assert counts["sends"] == counts["reads"] >= 1
+        assert counts["buffered"] == 0
+        t = server_side.transport
+        assert t.dataBuffer == b"" and not t._tempDataBuffer
+    finally:
+        await client.close()
+        await factory.close_all()
+        await port.stopListening()
+
+
+def _frame(code: int, i: int) -> bytes:
+    cmd = RemotingCommand.request(code, {"i": str(i)})
+    cmd.opaque = i
+    return encode(cmd)
+
+
+@pytest_twisted.ensureDeferred
+async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
+    factory, port, addr = _server()
+    host, port_number = addr.split(":")
+    sock = socket.create_connection((host, int(port_number)))
+    sock.setblocking(False)
+    try:
+        await _sleep(0.05)
+        (server_side,) = factory.channels
+        counts = _spy(server_side)
+        # The peer reads nothing for now: with a small send buffer, the socket is soon full.
+        server_side.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        # Big replies first (they fill the socket and Twisted's buffer), then small ones in later reads: those must
+        # not overtake what waits in the buffer.
+        sock.sendall(b"".join(_frame(2, i) for i in range(8)))
+        await _sleep(0.1)
+        for i in range(8, 16):
+            sock.sendall(_frame(1, i))
+            await _sleep(0.02)
+        assert counts["buffered"] > 0
+        decoder, got = FrameDecoder(), []
+        deadline = time.monotonic() + 20
+        while len(got) < 16 and time.monotonic() < deadline:
+            try:
+                data = sock.recv(1 << 20)
+            except BlockingIOError:
+                await _sleep(0)  # let the server's reactor write more
+                continue
+            assert data, "connection closed"
+            got += decoder.feed(data)
+        assert [r.opaque for r in got] == list(range(16))
+        assert [len(r.body) for r in got] == [BIG] * 8 + [0] * 8
+    finally:
+        sock.close()
+        await factory.close_all()
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reply_does_not_overtake_one_waiting_in_the_transport() -> None:
+    factory, port, addr = _server()
+    host, port_number = addr.split(":")
+    sock = socket.create_connection((host, int(port_number)))
+    sock.setblocking(False)
+    try:
+        await _sleep(0.05)
+        (server_side,) = factory.channels
+        # A command written outside a read waits in Twisted's buffer for the next writable event; a read handled
+        # before that event must queue its reply behind it, though the socket has room.
+        waiting = RemotingCommand.request(1, {"i": "first"})
+        waiting.opaque = 100
+        server_side.send_command(waiting)
+        server_side.dataReceived(_frame(1, 101))
+        decoder, got = FrameDecoder(), []
+        deadline = time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            try:
+                got += decoder.feed(sock.recv(1 << 16))
+            except BlockingIOError:
+                await _sleep(0.01)
+        assert [c.opaque for c in got] == [100, 101]
+    finally:
+        sock.close()
+        await factory.close_all()
+        await port.stopListening()
