@@ -1,17 +1,19 @@
-"""The optional C codec (gateway/remoting/_codec.c); everything else is in pyproject.toml.
+"""The optional C hot paths (the codec, gateway/remoting/_codec.c, and the index, gateway/store/_index.c); everything
+else is in pyproject.toml.
 
 ``optional=True``: where no C compiler works, the install goes on without it and the Python codec is used.
 """
 
 from setuptools import Extension, setup
 
+FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+
 setup(
     ext_modules=[
-        Extension(
-            "gateway.remoting._codec",
-            ["gateway/remoting/_codec.c"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
-            optional=True,
+        Extension(name, [source], extra_compile_args=FLAGS, optional=True)
+        for name, source in (
+            ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
+            ("gateway.store._index", "gateway/store/_index.c"),
         )
     ]
 )

@@ -18,6 +18,13 @@ from gateway.remoting.message import java_string_hash
 
 from .mapped_file import MappedFile, MappedFilePool, StoreLoadError
 
+try:  # the C twin of put_keys' inner loop (gateway/store/_index.c), where it was built
+    from . import _index as _c_index
+except ImportError:
+    _c_index = None  # type: ignore[assignment]
+if os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"):
+    _c_index = None  # type: ignore[assignment]
+
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
@@ -171,25 +178,37 @@ class IndexFile:
             begin = self.begin_timestamp
             time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
             time_diff = 0 if time_diff < 0 else _INT_MAX if time_diff > _INT_MAX else time_diff
-            mm = self.mapped_file.mm
-            slots = self.hash_slot_num
-            entry_pos = self._entries_at + count * INDEX_SIZE
-            for key in keys:
-                key_hash = index_key_hash(key)
-                slot_pos = INDEX_HEADER_SIZE + key_hash % slots * HASH_SLOT_SIZE
-                (prev,) = _unpack_slot(mm, slot_pos)
-                if prev <= INVALID_INDEX or prev > count:
-                    prev = INVALID_INDEX
-                    self.hash_slot_count += 1
-                _pack_entry(mm, entry_pos, key_hash, phy_offset, time_diff, prev)
-                _pack_slot(mm, slot_pos, count)
-                count += 1
-                entry_pos += INDEX_SIZE
+            mm, slots = self.mapped_file.mm, self.hash_slot_num
+            c = _c_index
+            written = c.put_entries(mm, slots, count, keys, phy_offset, time_diff) if c else NotImplemented
+            if written is NotImplemented:
+                count = self._put_entries(keys, count, phy_offset, time_diff)
+            else:
+                count, taken = written
+                self.hash_slot_count += taken
             self.index_count = count
             self.end_timestamp = store_timestamp
         self.end_phy_offset = phy_offset
         self.write_header()
         return count - first
+
+    def _put_entries(self, keys: list[str], count: int, phy_offset: int, time_diff: int) -> int:
+        """Entries ``count``.. for ``keys``, each chained to its slot's previous entry; returns the next count."""
+        mm = self.mapped_file.mm
+        slots = self.hash_slot_num
+        entry_pos = self._entries_at + count * INDEX_SIZE
+        for key in keys:
+            key_hash = index_key_hash(key)
+            slot_pos = INDEX_HEADER_SIZE + key_hash % slots * HASH_SLOT_SIZE
+            (prev,) = _unpack_slot(mm, slot_pos)
+            if prev <= INVALID_INDEX or prev > count:
+                prev = INVALID_INDEX
+                self.hash_slot_count += 1
+            _pack_entry(mm, entry_pos, key_hash, phy_offset, time_diff, prev)
+            _pack_slot(mm, slot_pos, count)
+            count += 1
+            entry_pos += INDEX_SIZE
+        return count
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         """Whether [begin, end] overlaps the file's time span (``isTimeMatched``)."""
