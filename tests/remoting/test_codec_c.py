@@ -27,6 +27,8 @@ from .test_codec import COMMANDS, TEXT, rocketmq_commands
 
 C = codec._c_codec
 PURE = bool(os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"))
+# What is run again on the Python fallbacks: the remoting suite (codec, headers) and the index files.
+PURE_RUN = ["tests/remoting", "tests/store/test_index.py"]
 needs_c = pytest.mark.skipif(C is None, reason="the C codec was not built (no C compiler at install time)")
 FUZZ = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -250,11 +252,11 @@ def test_c_codec_is_built_where_a_compiler_is() -> None:
 @needs_c
 @pytest.mark.skipif(PURE, reason="this is that run")
 def test_the_remoting_suite_passes_on_the_python_codec(tmp_path: Path) -> None:
-    """The same tests again with ROCKETMQ_GATEWAY_PURE_PYTHON=1, the fallback where the C codec is not built."""
+    """The same tests again with ROCKETMQ_GATEWAY_PURE_PYTHON=1, the fallback where the C code is not built."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "ROCKETMQ_GATEWAY_PURE_PYTHON": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path}", "tests/remoting"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path}", *PURE_RUN],
         cwd=root,
         env=env,
         capture_output=True,
