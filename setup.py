@@ -1,4 +1,4 @@
-"""The optional C hot paths (the codec, gateway/remoting/_codec.c, and the index, gateway/store/_index.c); everything
+"""The optional C hot paths (the codec, gateway/remoting/_codec.c, and the index, gateway/store/_store.c); everything
 else is in pyproject.toml.
 
 ``optional=True``: where no C compiler works, the install goes on without it and the Python codec is used.
@@ -13,7 +13,7 @@ setup(
         Extension(name, [source], extra_compile_args=FLAGS, optional=True)
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
-            ("gateway.store._index", "gateway/store/_index.c"),
+            ("gateway.store._store", "gateway/store/_store.c"),
         )
     ]
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import time
 import zlib
@@ -13,6 +14,7 @@ from gateway.remoting.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MessageSysFlag,
+    body_crc,
     create_offset_message_id,
     encode_record,
     record_size,
@@ -21,6 +23,7 @@ from gateway.remoting.message import (
 from .api import AppendMessageResult, MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from .config import StoreConfig
 from .mapped_file import MappedFile, MappedFilePool, MappedFileQueue
+from .native import c_store as _c_store
 from .paths import is_safe_component
 
 log = logging.getLogger(__name__)
@@ -233,7 +236,7 @@ class CommitLog:
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
         phy = f.file_from_offset + pos
         store_timestamp = now_ms()
-        f.mm[pos : pos + size] = _record(msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+        _write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
         if dispatched:
@@ -278,7 +281,7 @@ class CommitLog:
         store_timestamp = now_ms()  # one store time for the whole batch, as Java
         mm = f.mm
         for msg, props, sys_flag, size in checked:
-            mm[pos : pos + size] = _record(msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+            _write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
             pos += size
             phy += size
             queue_offset += 1
@@ -441,7 +444,10 @@ class CommitLog:
         self.topic_queue_table.clear()
 
 
-def _record(
+def _write_record(
+    mm: mmap.mmap,
+    pos: int,
+    size: int,
     msg: MessageExtBrokerInner,
     topic: bytes,
     props: bytes,
@@ -449,21 +455,31 @@ def _record(
     queue_offset: int,
     phy: int,
     store_timestamp: int,
-) -> bytes:
-    """The commitlog record of ``msg`` at ``phy`` with its assigned queue offset and store time."""
-    return encode_record(
-        topic=topic,
-        queue_id=msg.queue_id,
-        flag=msg.flag,
-        queue_offset=queue_offset,
-        physical_offset=phy,
-        sys_flag=sys_flag,
-        born_timestamp=msg.born_timestamp,
-        born_host=msg.born_host,
-        store_timestamp=store_timestamp,
-        store_host=msg.store_host,
-        reconsume_times=msg.reconsume_times,
-        prepared_transaction_offset=msg.prepared_transaction_offset,
-        body=msg.body,
-        properties=props,
-    )
+) -> None:
+    """Write the commitlog record of ``msg`` (``size`` bytes, at ``phy``, with its assigned queue offset and store
+    time) into ``mm`` at ``pos``: by the C store straight into the mapping, else built and copied in."""
+    c = _c_store
+    if c is None:
+        mm[pos : pos + size] = encode_record(
+            topic=topic,
+            queue_id=msg.queue_id,
+            flag=msg.flag,
+            queue_offset=queue_offset,
+            physical_offset=phy,
+            sys_flag=sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_timestamp=store_timestamp,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+            body=msg.body,
+            properties=props,
+        )
+        return
+    body = msg.body
+    c.write_record(
+        mm, pos, size, MESSAGE_MAGIC_CODE, body_crc(body), topic, msg.queue_id, msg.flag, queue_offset, phy,
+        sys_flag, msg.born_timestamp, msg.born_host, store_timestamp, msg.store_host, msg.reconsume_times,
+        msg.prepared_transaction_offset, body, props,
+    )  # fmt: skip

@@ -17,13 +17,7 @@ import threading
 from gateway.remoting.message import java_string_hash
 
 from .mapped_file import MappedFile, MappedFilePool, StoreLoadError
-
-try:  # the C twin of put_keys' inner loop (gateway/store/_index.c), where it was built
-    from . import _index as _c_index
-except ImportError:
-    _c_index = None  # type: ignore[assignment]
-if os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"):
-    _c_index = None  # type: ignore[assignment]
+from .native import c_store as _c_store
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -179,7 +173,7 @@ class IndexFile:
             time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
             time_diff = 0 if time_diff < 0 else _INT_MAX if time_diff > _INT_MAX else time_diff
             mm, slots = self.mapped_file.mm, self.hash_slot_num
-            c = _c_index
+            c = _c_store
             written = c.put_entries(mm, slots, count, keys, phy_offset, time_diff) if c else NotImplemented
             if written is NotImplemented:
                 count = self._put_entries(keys, count, phy_offset, time_diff)

@@ -1,0 +1,283 @@
+/* The store's hot path in C: a commitlog record written straight into its segment's mapping (as commit_log.py's
+ * _record and encode_record build it), and the index entries of one message's keys (hash, slot chain, entry, as
+ * index_file.py's IndexFile._put_entries writes them). The Python code is the reference and the fallback where
+ * this module was not built; the tests compare the two. Every position is checked against the mapping's size
+ * before it is read or written.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define INDEX_HEADER_SIZE 40
+#define HASH_SLOT_SIZE 4
+#define INDEX_SIZE 20
+#define INVALID_INDEX 0
+
+static inline int32_t
+get32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline void
+put32(unsigned char *p, uint32_t u)
+{
+    p[0] = (unsigned char)(u >> 24);
+    p[1] = (unsigned char)(u >> 16);
+    p[2] = (unsigned char)(u >> 8);
+    p[3] = (unsigned char)u;
+}
+
+static inline void
+put64(unsigned char *p, uint64_t u)
+{
+    put32(p, (uint32_t)(u >> 32));
+    put32(p + 4, (uint32_t)u);
+}
+
+static PyObject *StructError; /* struct.error: what struct.pack raises for a value out of its field's range */
+
+/* An int argument within [lo, hi] (struct's rules: an index, else struct.error). */
+static int
+int_arg(PyObject *o, long long lo, long long hi, long long *out)
+{
+    PyObject *index = PyNumber_Index(o);
+    if (index == NULL) {
+        PyErr_SetString(StructError, "required argument is not an integer");
+        return -1;
+    }
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(index, &overflow);
+    Py_DECREF(index);
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || x < lo || x > hi) {
+        PyErr_SetString(StructError, "argument out of range");
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* write_record(mm, pos, size, magic, crc, topic, queue_id, flag, queue_offset, phy, sys_flag, born_timestamp,
+ * born_host, store_timestamp, store_host, reconsume_times, prepared_offset, body, properties): the v1 record at
+ * mm[pos:pos+size]; ValueError when size is not the record's or it does not fit. */
+enum { W_MM, W_POS, W_SIZE, W_MAGIC, W_CRC, W_TOPIC, W_QUEUE, W_FLAG, W_QOFF, W_PHY, W_SYS, W_BORN_TS, W_BORN_HOST,
+       W_STORE_TS, W_STORE_HOST, W_RECONSUME, W_PREPARED, W_BODY, W_PROPS, W_NARGS };
+
+static PyObject *
+store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != W_NARGS) {
+        PyErr_SetString(PyExc_TypeError, "write_record takes 19 arguments");
+        return NULL;
+    }
+    static const struct { int arg; long long lo, hi; } ints[] = {
+        {W_POS, 0, INT64_MAX},          {W_SIZE, 0, INT32_MAX},        {W_MAGIC, INT32_MIN, INT32_MAX},
+        {W_CRC, INT32_MIN, INT32_MAX},  {W_QUEUE, INT32_MIN, INT32_MAX}, {W_FLAG, INT32_MIN, INT32_MAX},
+        {W_QOFF, INT64_MIN, INT64_MAX}, {W_PHY, INT64_MIN, INT64_MAX}, {W_SYS, INT32_MIN, INT32_MAX},
+        {W_BORN_TS, INT64_MIN, INT64_MAX}, {W_STORE_TS, INT64_MIN, INT64_MAX},
+        {W_RECONSUME, INT32_MIN, INT32_MAX}, {W_PREPARED, INT64_MIN, INT64_MAX},
+    };
+    long long v[W_NARGS] = {0};
+    for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+        if (int_arg(args[ints[i].arg], ints[i].lo, ints[i].hi, &v[ints[i].arg]) < 0)
+            return NULL;
+    const int bytes_args[] = {W_TOPIC, W_BORN_HOST, W_STORE_HOST, W_BODY, W_PROPS};
+    Py_buffer b[5];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < 5; got++)
+        if (PyObject_GetBuffer(args[bytes_args[got]], &b[got], PyBUF_SIMPLE) < 0)
+            goto done;
+    Py_buffer *topic = &b[0], *born = &b[1], *store = &b[2], *body = &b[3], *props = &b[4];
+    if (topic->len > 127 || props->len > 32767 || body->len > INT32_MAX) {  /* their length fields' ranges */
+        PyErr_SetString(StructError, "write_record: a field is too long for its length field");
+        goto done;
+    }
+    long long total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born->len + 8 + store->len + 4 + 8 + 4 + body->len + 1 +
+                      topic->len + 2 + props->len;
+    if (total != v[W_SIZE]) {
+        PyErr_SetString(PyExc_ValueError, "write_record: size is not the record's");
+        goto done;
+    }
+    Py_buffer mm;
+    if (PyObject_GetBuffer(args[W_MM], &mm, PyBUF_WRITABLE) < 0)
+        goto done;
+    if (v[W_POS] > mm.len || total > mm.len - v[W_POS]) {
+        PyErr_SetString(PyExc_ValueError, "write_record: the record does not fit in the mapping");
+        PyBuffer_Release(&mm);
+        goto done;
+    }
+    unsigned char *p = (unsigned char *)mm.buf + v[W_POS];
+    put32(p, (uint32_t)total);
+    put32(p + 4, (uint32_t)v[W_MAGIC]);
+    put32(p + 8, (uint32_t)v[W_CRC]);
+    put32(p + 12, (uint32_t)v[W_QUEUE]);
+    put32(p + 16, (uint32_t)v[W_FLAG]);
+    put64(p + 20, (uint64_t)v[W_QOFF]);
+    put64(p + 28, (uint64_t)v[W_PHY]);
+    put32(p + 36, (uint32_t)v[W_SYS]);
+    put64(p + 40, (uint64_t)v[W_BORN_TS]);
+    p += 48;
+    memcpy(p, born->buf, born->len);
+    p += born->len;
+    put64(p, (uint64_t)v[W_STORE_TS]);
+    memcpy(p + 8, store->buf, store->len);
+    p += 8 + store->len;
+    put32(p, (uint32_t)v[W_RECONSUME]);
+    put64(p + 4, (uint64_t)v[W_PREPARED]);
+    put32(p + 12, (uint32_t)body->len);
+    memcpy(p + 16, body->buf, body->len);
+    p += 16 + body->len;
+    p[0] = (unsigned char)topic->len;
+    memcpy(p + 1, topic->buf, topic->len);
+    p += 1 + topic->len;
+    p[0] = (unsigned char)(props->len >> 8);
+    p[1] = (unsigned char)props->len;
+    memcpy(p + 2, props->buf, props->len);
+    PyBuffer_Release(&mm);
+    result = Py_NewRef(Py_None);
+done:
+    while (got-- > 0)
+        PyBuffer_Release(&b[got]);
+    return result;
+}
+
+/* indexKeyHashMethod: abs(key.hashCode()) over UTF-16 code units, Integer.MIN_VALUE as 0. -1 for a key with a
+ * surrogate code point (Python cannot encode it as UTF-16; the Python path raises for it). */
+static int64_t
+key_hash(PyObject *key)
+{
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0x10000) {
+            if (c >= 0xD800 && c <= 0xDFFF)
+                return -1;
+            h = 31 * h + c;
+        } else {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        }
+    }
+    int32_t s = (int32_t)h;
+    if (s == INT32_MIN)
+        return 0;
+    return s < 0 ? -(int64_t)s : s;
+}
+
+static PyObject *
+index_key_hash(PyObject *self, PyObject *key)
+{
+    if (!PyUnicode_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "key_hash(key: str)");
+        return NULL;
+    }
+    int64_t h = key_hash(key);
+    if (h < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    return PyLong_FromLongLong(h);
+}
+
+/* put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken) or NotImplemented.
+ * Entry `count` onwards get the keys in order; each key's slot is pointed at its entry and the entry at the
+ * slot's previous entry (none when the slot is empty or points past `count`, a torn write). slots_taken is how
+ * many slots were empty. NotImplemented (nothing written) for a key the Python path must handle. */
+static PyObject *
+index_put_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "put_entries(mm, hash_slot_num, count, keys: list, phy_offset, time_diff)");
+        return NULL;
+    }
+    long long slots = PyLong_AsLongLong(args[1]);
+    long long count = PyLong_AsLongLong(args[2]);
+    long long phy = PyLong_AsLongLong(args[4]);
+    long long time_diff = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *keys = args[3];
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (slots <= 0 || count < 0 || count + n > INT32_MAX || time_diff < INT32_MIN || time_diff > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "put_entries: count, slots or time_diff out of range");
+        return NULL;
+    }
+    /* Hashes first: a key the Python path must take leaves the mapping untouched. */
+    int64_t hashes_small[8];
+    int64_t *hashes = n <= 8 ? hashes_small : PyMem_Malloc(sizeof(int64_t) * n);
+    if (hashes == NULL)
+        return PyErr_NoMemory();
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        if (!PyUnicode_Check(key) || (hashes[i] = key_hash(key)) < 0) {
+            result = Py_NewRef(Py_NotImplemented);
+            goto done;
+        }
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        goto done;
+    unsigned char *mm = view.buf;
+    long long entries_at = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE;
+    if (entries_at > view.len || (count + n) * INDEX_SIZE > view.len - entries_at) {
+        PyErr_SetString(PyExc_ValueError, "put_entries: the entries do not fit in the mapping");
+        PyBuffer_Release(&view);
+        goto done;
+    }
+    long long taken = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long slot_pos = INDEX_HEADER_SIZE + (hashes[i] % slots) * HASH_SLOT_SIZE;
+        long long prev = get32(mm + slot_pos);
+        if (prev <= INVALID_INDEX || prev > count) {
+            prev = INVALID_INDEX;
+            taken++;
+        }
+        unsigned char *e = mm + entries_at + count * INDEX_SIZE;
+        put32(e, (uint32_t)hashes[i]);
+        put64(e + 4, (uint64_t)phy);
+        put32(e + 12, (uint32_t)time_diff);
+        put32(e + 16, (uint32_t)prev);
+        put32(mm + slot_pos, (uint32_t)count);
+        count++;
+    }
+    PyBuffer_Release(&view);
+    result = Py_BuildValue("(LL)", count, taken);
+done:
+    if (hashes != hashes_small)
+        PyMem_Free(hashes);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
+     "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
+    {"key_hash", index_key_hash, METH_O, "key_hash(key) -> abs(Java hashCode), or NotImplemented."},
+    {"put_entries", (PyCFunction)(void (*)(void))index_put_entries, METH_FASTCALL,
+     "put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "gateway.store._store",
+    "The store's hot path in C (see gateway.store.commit_log and index_file for the reference).", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__store(void)
+{
+    PyObject *struct_module = PyImport_ImportModule("struct");
+    if (struct_module == NULL)
+        return NULL;
+    StructError = PyObject_GetAttrString(struct_module, "error");
+    Py_DECREF(struct_module);
+    if (StructError == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

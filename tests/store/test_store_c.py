@@ -1,0 +1,158 @@
+"""The C store (``gateway/store/_store.c``) against the Python reference: the same commitlog record bytes for any
+message, the same index file bytes and header for any keys, the same hash as Java's."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gateway.remoting.message import record_size
+from gateway.store import commit_log, index_file
+from gateway.store.api import MessageExtBrokerInner
+from gateway.store.index_file import INDEX_HEADER_SIZE, IndexFile, index_key_hash
+from gateway.store.mapped_file import MappedFilePool
+
+C = index_file._c_store
+needs_c = pytest.mark.skipif(C is None, reason="the C store was not built (no C compiler at install time)")
+SLOTS, ENTRIES = 7, 40  # few slots: chains and collisions on every run
+KEYS = st.text(max_size=12) | st.sampled_from(["", "TopicA#k", "é", "日本", "😀x", "a" * 40])
+
+
+def _file(path: Path) -> IndexFile:
+    return IndexFile.create(str(path), SLOTS, ENTRIES, 0, 0, MappedFilePool(), threading.Lock())
+
+
+def _state(f: IndexFile) -> tuple[Any, ...]:
+    header = (f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset, f.hash_slot_count)
+    return header, f.index_count, bytes(f.mapped_file.mm)
+
+
+@needs_c
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(st.lists(KEYS, max_size=4), max_size=14),
+    st.lists(st.integers(-2, ENTRIES + 2), min_size=SLOTS, max_size=SLOTS),
+)
+def test_put_keys_writes_what_python_writes(tmp_path: Path, messages: list[list[str]], slots: list[int]) -> None:
+    with_c, with_python = _file(tmp_path / "c"), _file(tmp_path / "py")
+    try:
+        for f in (with_c, with_python):  # slots as a torn write may leave them: pointing anywhere
+            struct.pack_into(f">{SLOTS}i", f.mapped_file.mm, INDEX_HEADER_SIZE, *slots)
+        for i, keys in enumerate(messages):
+            phy, stamp = 1000 + 100 * i, 1_700_000_000_000 + 1500 * i
+            done_c = with_c.put_keys(list(keys), phy, stamp)
+            index_file._c_store = None
+            try:
+                done_py = with_python.put_keys(list(keys), phy, stamp)
+            finally:
+                index_file._c_store = C
+            assert done_c == done_py
+            assert _state(with_c) == _state(with_python)
+    finally:
+        with_c.mapped_file.destroy()
+        with_python.mapped_file.destroy()
+
+
+@needs_c
+@given(KEYS)
+def test_key_hash_is_the_python_hash(key: str) -> None:
+    assert C.key_hash(key) == index_key_hash(key)
+
+
+@needs_c
+def test_keys_python_cannot_hash_are_left_to_python(tmp_path: Path) -> None:
+    f = _file(tmp_path / "c")
+    try:
+        before = _state(f)
+        assert C.put_entries(f.mapped_file.mm, SLOTS, 1, ["ok", "lone \ud800"], 10, 0) is NotImplemented
+        assert _state(f) == before  # nothing written
+        with pytest.raises(UnicodeEncodeError):
+            f.put_keys(["lone \ud800"], 10, 1)
+    finally:
+        f.mapped_file.destroy()
+
+
+@needs_c
+def test_entries_past_the_mapping_are_refused(tmp_path: Path) -> None:
+    f = _file(tmp_path / "c")
+    try:
+        assert C.put_entries(f.mapped_file.mm, SLOTS, ENTRIES - 1, ["a"], 10, 0) == (ENTRIES, 1)
+        with pytest.raises(ValueError):
+            C.put_entries(f.mapped_file.mm, SLOTS, ENTRIES, ["a"], 10, 0)
+        with pytest.raises(ValueError):
+            C.put_entries(f.mapped_file.mm, 10**9, 1, ["a"], 10, 0)
+    finally:
+        f.mapped_file.destroy()
+
+
+HOSTS = st.sampled_from([bytes(range(8)), bytes(range(20)), bytes(12)]) | st.binary(min_size=8, max_size=8)
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> tuple[Any, ...]:
+    msg = MessageExtBrokerInner(
+        topic="t",
+        queue_id=draw(INT32 | st.sampled_from([2**31, -(2**31) - 1])),
+        flag=draw(INT32),
+        body=draw(st.binary(max_size=64)),
+        properties="",
+        tags_code=0,
+        sys_flag=0,
+        born_timestamp=draw(INT64),
+        born_host=draw(HOSTS),
+        store_host=draw(HOSTS),
+        reconsume_times=draw(INT32),
+        prepared_transaction_offset=draw(INT64),
+    )
+    topic = draw(st.binary(min_size=1, max_size=127) | st.sampled_from([b"t" * 127, b"t" * 128]))
+    props = draw(st.binary(max_size=80) | st.sampled_from([b"p" * 32767, b"p" * 32768]))
+    size = record_size(len(msg.body), len(topic), len(props), len(msg.born_host), len(msg.store_host))
+    size += draw(st.sampled_from([0, 0, 0, -1, 1]))  # now and then a size that is not the record's
+    pos = draw(st.integers(0, 48))
+    return msg, topic, props, size, pos, draw(INT32), draw(INT64), draw(INT64), draw(INT64)
+
+
+def _written(record: tuple[Any, ...], c: Any) -> tuple[str, Any]:
+    msg, topic, props, size, pos, sys_flag, queue_offset, phy, stamp = record
+    mm = bytearray(b"\xee" * 33500)
+    commit_log._c_store = c
+    try:
+        commit_log._write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, stamp)
+    except Exception as e:
+        return "raised", type(e)
+    finally:
+        commit_log._c_store = C
+    return "ok", bytes(mm)
+
+
+@needs_c
+@settings(max_examples=300, deadline=None, database=None)
+@given(records())
+def test_write_record_writes_the_python_record(record: tuple[Any, ...]) -> None:
+    msg, topic, props, size, *_ = record
+    with_c, with_python = _written(record, C), _written(record, None)
+    if size == record_size(len(msg.body), len(topic), len(props), len(msg.born_host), len(msg.store_host)):
+        assert with_c == with_python
+    else:  # Python writes a record of another length into the slice (resizing it); C refuses
+        assert with_c in {("raised", ValueError), ("raised", struct.error)}
+
+
+@needs_c
+def test_a_record_past_the_mapping_is_refused() -> None:
+    msg = MessageExtBrokerInner("t", 0, 0, b"body", "", 0, 0, 0, bytes(8), bytes(8))
+    size = record_size(4, 1, 0)
+    mm = bytearray(size)
+    commit_log._write_record(mm, 0, size, msg, b"t", b"", 0, 0, 0, 0)
+    for pos in (1, size, 10**12):
+        with pytest.raises(ValueError):
+            commit_log._write_record(mm, pos, size, msg, b"t", b"", 0, 0, 0, 0)
+    with pytest.raises(struct.error):  # as struct.pack refuses the topic's length byte
+        commit_log._write_record(mm, 0, size + 128, msg, b"t" * 129, b"", 0, 0, 0, 0)
