@@ -1,7 +1,7 @@
-"""The optional C hot paths (the codec, gateway/remoting/_codec.c, and the index, gateway/store/_store.c); everything
-else is in pyproject.toml.
+"""The optional C hot paths (the remoting codec, gateway/remoting/_codec.c, and the store's records and index
+entries, gateway/store/_store.c); everything else is in pyproject.toml.
 
-``optional=True``: where no C compiler works, the install goes on without it and the Python codec is used.
+``optional=True``: where no C compiler works, the install goes on without them and the Python code is used.
 """
 
 from setuptools import Extension, setup
@@ -10,7 +10,7 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field
 
 setup(
     ext_modules=[
-        Extension(name, [source], extra_compile_args=FLAGS, optional=True)
+        Extension(name, [source], depends=["gateway/_native.h"], extra_compile_args=FLAGS, optional=True)
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
             ("gateway.store._store", "gateway/store/_store.c"),

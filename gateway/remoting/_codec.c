@@ -7,10 +7,7 @@
  * non-dict extFields, a key that is not a str) is handed back to the Python implementation rather than
  * handled twice.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "../_native.h"
 
 /* Set once by setup(): the classes and tables codec.py owns. */
 static PyObject *Command;            /* RemotingCommand */
@@ -36,35 +33,6 @@ static PyObject *KnownGroups;        /* set of group names found legal */
 
 #define SERIALIZE_JSON 0
 #define SERIALIZE_ROCKETMQ 1
-
-static inline int16_t
-get16(const unsigned char *p)
-{
-    return (int16_t)(uint16_t)(((unsigned)p[0] << 8) | p[1]);
-}
-
-static inline int32_t
-get32(const unsigned char *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
-static inline void
-put16(unsigned char *p, int v)
-{
-    p[0] = (unsigned char)((unsigned)v >> 8);
-    p[1] = (unsigned char)v;
-}
-
-static inline void
-put32(unsigned char *p, int64_t v)
-{
-    uint32_t u = (uint32_t)v;
-    p[0] = (unsigned char)(u >> 24);
-    p[1] = (unsigned char)(u >> 16);
-    p[2] = (unsigned char)(u >> 8);
-    p[3] = (unsigned char)u;
-}
 
 static int
 ready(void)
@@ -321,23 +289,9 @@ int_attr(PyObject *cmd, const char *name, long long lo, long long hi, long long 
     PyObject *v = PyObject_GetAttrString(cmd, name);
     if (v == NULL)
         return -1;
-    PyObject *index = PyNumber_Index(v);
+    int rc = packable_int(v, lo, hi, StructError, name, out);
     Py_DECREF(v);
-    if (index == NULL) {
-        PyErr_SetString(StructError, "required argument is not an integer");
-        return -1;
-    }
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow || x < lo || x > hi) {
-        PyErr_Format(StructError, "%s out of range for the ROCKETMQ header", name);
-        return -1;
-    }
-    *out = x;
-    return 0;
+    return rc;
 }
 
 static PyObject *

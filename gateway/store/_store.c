@@ -4,61 +4,14 @@
  * this module was not built; the tests compare the two. Every position is checked against the mapping's size
  * before it is read or written.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "../_native.h"
 
 #define INDEX_HEADER_SIZE 40
 #define HASH_SLOT_SIZE 4
 #define INDEX_SIZE 20
 #define INVALID_INDEX 0
 
-static inline int32_t
-get32(const unsigned char *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
-static inline void
-put32(unsigned char *p, uint32_t u)
-{
-    p[0] = (unsigned char)(u >> 24);
-    p[1] = (unsigned char)(u >> 16);
-    p[2] = (unsigned char)(u >> 8);
-    p[3] = (unsigned char)u;
-}
-
-static inline void
-put64(unsigned char *p, uint64_t u)
-{
-    put32(p, (uint32_t)(u >> 32));
-    put32(p + 4, (uint32_t)u);
-}
-
 static PyObject *StructError; /* struct.error: what struct.pack raises for a value out of its field's range */
-
-/* An int argument within [lo, hi] (struct's rules: an index, else struct.error). */
-static int
-int_arg(PyObject *o, long long lo, long long hi, long long *out)
-{
-    PyObject *index = PyNumber_Index(o);
-    if (index == NULL) {
-        PyErr_SetString(StructError, "required argument is not an integer");
-        return -1;
-    }
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
-    if (x == -1 && PyErr_Occurred())
-        return -1;
-    if (overflow || x < lo || x > hi) {
-        PyErr_SetString(StructError, "argument out of range");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
 
 /* write_record(mm, pos, size, magic, crc, topic, queue_id, flag, queue_offset, phy, sys_flag, born_timestamp,
  * born_host, store_timestamp, store_host, reconsume_times, prepared_offset, body, properties): the v1 record at
@@ -82,7 +35,7 @@ store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     };
     long long v[W_NARGS] = {0};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-        if (int_arg(args[ints[i].arg], ints[i].lo, ints[i].hi, &v[ints[i].arg]) < 0)
+        if (packable_int(args[ints[i].arg], ints[i].lo, ints[i].hi, StructError, "write_record", &v[ints[i].arg]) < 0)
             return NULL;
     const int bytes_args[] = {W_TOPIC, W_BORN_HOST, W_STORE_HOST, W_BODY, W_PROPS};
     Py_buffer b[5];
@@ -111,24 +64,24 @@ store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     unsigned char *p = (unsigned char *)mm.buf + v[W_POS];
-    put32(p, (uint32_t)total);
-    put32(p + 4, (uint32_t)v[W_MAGIC]);
-    put32(p + 8, (uint32_t)v[W_CRC]);
-    put32(p + 12, (uint32_t)v[W_QUEUE]);
-    put32(p + 16, (uint32_t)v[W_FLAG]);
-    put64(p + 20, (uint64_t)v[W_QOFF]);
-    put64(p + 28, (uint64_t)v[W_PHY]);
-    put32(p + 36, (uint32_t)v[W_SYS]);
-    put64(p + 40, (uint64_t)v[W_BORN_TS]);
+    put32(p, total);
+    put32(p + 4, v[W_MAGIC]);
+    put32(p + 8, v[W_CRC]);
+    put32(p + 12, v[W_QUEUE]);
+    put32(p + 16, v[W_FLAG]);
+    put64(p + 20, v[W_QOFF]);
+    put64(p + 28, v[W_PHY]);
+    put32(p + 36, v[W_SYS]);
+    put64(p + 40, v[W_BORN_TS]);
     p += 48;
     memcpy(p, born->buf, born->len);
     p += born->len;
-    put64(p, (uint64_t)v[W_STORE_TS]);
+    put64(p, v[W_STORE_TS]);
     memcpy(p + 8, store->buf, store->len);
     p += 8 + store->len;
-    put32(p, (uint32_t)v[W_RECONSUME]);
-    put64(p + 4, (uint64_t)v[W_PREPARED]);
-    put32(p + 12, (uint32_t)body->len);
+    put32(p, v[W_RECONSUME]);
+    put64(p + 4, v[W_PREPARED]);
+    put32(p + 12, body->len);
     memcpy(p + 16, body->buf, body->len);
     p += 16 + body->len;
     p[0] = (unsigned char)topic->len;
@@ -240,11 +193,11 @@ index_put_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             taken++;
         }
         unsigned char *e = mm + entries_at + count * INDEX_SIZE;
-        put32(e, (uint32_t)hashes[i]);
-        put64(e + 4, (uint64_t)phy);
-        put32(e + 12, (uint32_t)time_diff);
-        put32(e + 16, (uint32_t)prev);
-        put32(mm + slot_pos, (uint32_t)count);
+        put32(e, hashes[i]);
+        put64(e + 4, phy);
+        put32(e + 12, time_diff);
+        put32(e + 16, prev);
+        put32(mm + slot_pos, count);
         count++;
     }
     PyBuffer_Release(&view);
