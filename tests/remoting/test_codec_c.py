@@ -3,6 +3,7 @@ any input, nothing leaked, and the whole remoting suite green on the Python code
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import struct
@@ -22,6 +23,7 @@ from gateway.remoting import codec
 from gateway.remoting.codes import SerializeType
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CommandHeader, SendMessageRequestHeader
+from gateway.store import native
 
 from .test_codec import COMMANDS, TEXT, rocketmq_commands
 
@@ -240,13 +242,15 @@ def test_nothing_is_leaked() -> None:
     assert grown < 64 * 1024, f"{grown} bytes more after 20,000 rounds"
 
 
-def test_c_codec_is_built_where_a_compiler_is() -> None:
+def test_the_c_code_is_built_where_a_compiler_is() -> None:
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): the Python codec is the one in use")
     assert C is not None, "pip install -e . should have built gateway/remoting/_codec.c"
+    importlib.import_module("gateway.store._store")  # and gateway/store/_store.c
     in_use = codec._decode_rocketmq_header_py if PURE else C.decode_rocketmq_header
     assert codec.decode_rocketmq_header is in_use
+    assert (native.c_store is None) == PURE
 
 
 @needs_c
