@@ -65,7 +65,8 @@ async def test_the_replies_to_one_read_leave_in_one_send_without_a_reactor_turn(
         answers = [channel.invoke(RemotingCommand.request(1, {"i": str(i)}), 5) for i in range(8)]
         replies = [await d for d in answers]
         assert [r.ext("i") for r in replies] == [str(i) for i in range(8)]
-        assert counts["sends"] == counts["reads"] >= 1
+        # At most one send a read (a read holding only part of a frame sends nothing), none through Twisted's buffer.
+        assert 1 <= counts["sends"] <= counts["reads"]
         assert counts["buffered"] == 0
         t = server_side.transport
         assert t.dataBuffer == b"" and not t._tempDataBuffer
