@@ -139,10 +139,7 @@ def _row(mode: str, results: dict[str, Any], sampler: LagSampler, identical: boo
     send = results["send"]
     return {
         "mode": mode,
-        "rate": send["rate"],
-        "p50_ms": send["p50_ms"],
-        "p99_ms": send["p99_ms"],
-        "errors": send["errors"],
+        **throughput.send_summary(send),
         "master_cpu": send["broker_cpu"],
         "lag": sampler.summary(),
         "identical": identical,

@@ -517,6 +517,11 @@ def _percentile(sorted_values: array.array, q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] / 1000.0
 
 
+def send_summary(send: dict[str, Any]) -> dict[str, Any]:
+    """The figures of a :func:`run_send` result that the side-by-side tools keep: rate, p50/p99, errors."""
+    return {key: send[key] for key in ("rate", "p50_ms", "p99_ms", "errors")}
+
+
 def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) -> dict[str, Any]:
     """Run the send workers and merge their reports."""
     ctx = multiprocessing.get_context("spawn")

@@ -300,13 +300,8 @@ def one_process_rss(settle: float) -> float:
 
 def _send_figures(s: dict[str, Any]) -> dict[str, Any]:
     rate = s["rate"]
-    return {
-        "rate": rate,
-        "p50_ms": s["p50_ms"],
-        "p99_ms": s["p99_ms"],
-        "errors": s["errors"],
-        "cpu_per_10k": s["broker_cpu"] * 1e4 / rate if s["broker_cpu"] is not None and rate else None,
-    }
+    cpu = s["broker_cpu"] * 1e4 / rate if s["broker_cpu"] is not None and rate else None
+    return {**throughput.send_summary(s), "cpu_per_10k": cpu}
 
 
 def _drain_figures(d: dict[str, Any]) -> dict[str, Any]:

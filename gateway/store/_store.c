@@ -125,19 +125,6 @@ key_hash(PyObject *key)
     return s < 0 ? -(int64_t)s : s;
 }
 
-static PyObject *
-index_key_hash(PyObject *self, PyObject *key)
-{
-    if (!PyUnicode_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "key_hash(key: str)");
-        return NULL;
-    }
-    int64_t h = key_hash(key);
-    if (h < 0)
-        Py_RETURN_NOTIMPLEMENTED;
-    return PyLong_FromLongLong(h);
-}
-
 /* put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken) or NotImplemented.
  * Entry `count` onwards get the keys in order; each key's slot is pointed at its entry and the entry at the
  * slot's previous entry (none when the slot is empty or points past `count`, a torn write). slots_taken is how
@@ -211,7 +198,6 @@ done:
 static PyMethodDef methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
      "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
-    {"key_hash", index_key_hash, METH_O, "key_hash(key) -> abs(Java hashCode), or NotImplemented."},
     {"put_entries", (PyCFunction)(void (*)(void))index_put_entries, METH_FASTCALL,
      "put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken)."},
     {NULL, NULL, 0, NULL},

@@ -76,6 +76,31 @@ async def test_the_replies_to_one_read_leave_in_one_send_without_a_reactor_turn(
         await port.stopListening()
 
 
+async def _raw_client(factory: RemotingServerFactory, addr: str) -> tuple[socket.socket, RemotingProtocol]:
+    """A non-blocking socket to the server (read only when the test says) and the server's side of it."""
+    host, port_number = addr.split(":")
+    sock = socket.create_connection((host, int(port_number)))
+    sock.setblocking(False)
+    await _sleep(0.05)
+    (server_side,) = factory.channels
+    return sock, server_side
+
+
+async def _read(sock: socket.socket, count: int, timeout: float) -> list[RemotingCommand]:
+    """Up to ``count`` frames from ``sock`` within ``timeout`` seconds, letting the reactor run between reads."""
+    decoder, got = FrameDecoder(), []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        try:
+            data = sock.recv(1 << 20)
+        except BlockingIOError:
+            await _sleep(0)  # let the server's reactor write more
+            continue
+        assert data, "connection closed"
+        got += decoder.feed(data)
+    return got
+
+
 def _frame(code: int, i: int) -> bytes:
     cmd = RemotingCommand.request(code, {"i": str(i)})
     cmd.opaque = i
@@ -85,12 +110,8 @@ def _frame(code: int, i: int) -> bytes:
 @pytest_twisted.ensureDeferred
 async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
     factory, port, addr = _server()
-    host, port_number = addr.split(":")
-    sock = socket.create_connection((host, int(port_number)))
-    sock.setblocking(False)
+    sock, server_side = await _raw_client(factory, addr)
     try:
-        await _sleep(0.05)
-        (server_side,) = factory.channels
         counts = _spy(server_side)
         # The peer reads nothing for now: with a small send buffer, the socket is soon full.
         server_side.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
@@ -102,16 +123,7 @@ async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
             sock.sendall(_frame(1, i))
             await _sleep(0.02)
         assert counts["buffered"] > 0
-        decoder, got = FrameDecoder(), []
-        deadline = time.monotonic() + 20
-        while len(got) < 16 and time.monotonic() < deadline:
-            try:
-                data = sock.recv(1 << 20)
-            except BlockingIOError:
-                await _sleep(0)  # let the server's reactor write more
-                continue
-            assert data, "connection closed"
-            got += decoder.feed(data)
+        got = await _read(sock, 16, 20)
         assert [r.opaque for r in got] == list(range(16))
         assert [len(r.body) for r in got] == [BIG] * 8 + [0] * 8
     finally:
@@ -123,25 +135,15 @@ async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
 @pytest_twisted.ensureDeferred
 async def test_a_reply_does_not_overtake_one_waiting_in_the_transport() -> None:
     factory, port, addr = _server()
-    host, port_number = addr.split(":")
-    sock = socket.create_connection((host, int(port_number)))
-    sock.setblocking(False)
+    sock, server_side = await _raw_client(factory, addr)
     try:
-        await _sleep(0.05)
-        (server_side,) = factory.channels
         # A command written outside a read waits in Twisted's buffer for the next writable event; a read handled
         # before that event must queue its reply behind it, though the socket has room.
         waiting = RemotingCommand.request(1, {"i": "first"})
         waiting.opaque = 100
         server_side.send_command(waiting)
         server_side.dataReceived(_frame(1, 101))
-        decoder, got = FrameDecoder(), []
-        deadline = time.monotonic() + 10
-        while len(got) < 2 and time.monotonic() < deadline:
-            try:
-                got += decoder.feed(sock.recv(1 << 16))
-            except BlockingIOError:
-                await _sleep(0.01)
+        got = await _read(sock, 2, 10)
         assert [c.opaque for c in got] == [100, 101]
     finally:
         sock.close()

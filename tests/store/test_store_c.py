@@ -1,5 +1,5 @@
 """The C store (``gateway/store/_store.c``) against the Python reference: the same commitlog record bytes for any
-message, the same index file bytes and header for any keys, the same hash as Java's."""
+message, the same index file bytes and header for any keys."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from gateway.remoting.message import record_size
 from gateway.store import commit_log, index_file
 from gateway.store.api import MessageExtBrokerInner
-from gateway.store.index_file import INDEX_HEADER_SIZE, IndexFile, index_key_hash
+from gateway.store.index_file import INDEX_HEADER_SIZE, IndexFile
 from gateway.store.mapped_file import MappedFilePool
 
 C = index_file._c_store
@@ -57,12 +57,6 @@ def test_put_keys_writes_what_python_writes(tmp_path: Path, messages: list[list[
     finally:
         with_c.mapped_file.destroy()
         with_python.mapped_file.destroy()
-
-
-@needs_c
-@given(KEYS)
-def test_key_hash_is_the_python_hash(key: str) -> None:
-    assert C.key_hash(key) == index_key_hash(key)
 
 
 @needs_c
