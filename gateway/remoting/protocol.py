@@ -71,9 +71,10 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self._partial = 0
         self._unsent = 0
         self._paused = False
-        # While a read is handled, the replies it causes wait here and leave together (one send).
+        # Frames written while a read is handled or, on plain TCP, during this reactor turn: they leave
+        # together, in one send.
         self._replies: list[bytes] | None = None
-        # A plain TCP transport whose empty buffer we may bypass (see _flush_replies).
+        # A plain TCP transport whose empty buffer we may bypass (see _send_now).
         self._direct = False
 
     # -- connection lifecycle
@@ -96,7 +97,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         if self.idle_timeout:
             self.callLater = self.clock.callLater
             self.setTimeout(self.idle_timeout)
-        self._direct = isinstance(self.transport, tcp.Connection) and hasattr(self.transport, "_tempDataLen")
+        t = self.transport
+        self._direct = isinstance(t, tcp.Connection) and hasattr(t, "_tempDataLen") and hasattr(t, "_aborting")
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if isinstance(self.factory, RemotingServerFactory):
@@ -157,7 +159,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                 budget.charge(delta)
                 if not self.connected_:
                     return  # evicted: its complete frames would get no answer
-        self._replies = []
+        if self._replies is None:
+            self._replies = []
         try:
             for cmd in commands:
                 if cmd.is_response:
@@ -171,9 +174,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                 elif self.dispatcher is not None:
                     self.dispatcher.dispatch(self, cmd)
         finally:
-            replies, self._replies = self._replies, None
-            if replies and self.connected_:
-                self._flush_replies(replies)
+            self._end_batch()
 
     # -- output
 
@@ -204,16 +205,26 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     def _write(self, parts: list[bytes]) -> None:
         if self._replies is not None:
             self._replies += parts
-            return
-        self.transport.writeSequence(parts)
-        self._charge_if_paused(parts)
+        elif self._direct:
+            # Outside a read (SYNC_FLUSH answers released by one fsync, a slave's ack, our own requests): gathered
+            # until the end of this reactor turn, then sent as a read's replies are.
+            self._replies = list(parts)
+            self.transport.reactor.callLater(0, self._end_batch)
+        else:
+            self.transport.writeSequence(parts)
+            self._charge_if_paused(parts)
 
-    def _flush_replies(self, parts: list[bytes]) -> None:
-        """Send the replies to one read. Twisted would buffer them and send on the next writable event (two
-        epoll_ctl calls and a reactor turn per reply batch); with nothing buffered before them they go to the
-        socket now, and only what the socket does not take is left to the transport."""
+    def _end_batch(self) -> None:
+        replies, self._replies = self._replies, None
+        if replies and self.connected_:
+            self._send_now(replies)
+
+    def _send_now(self, parts: list[bytes]) -> None:
+        """Send the frames of one read or one reactor turn. Twisted would buffer them and send on the next
+        writable event (two epoll_ctl calls and a reactor turn each time); with nothing buffered before them
+        they go to the socket now, and only what the socket does not take is left to the transport."""
         t = self.transport
-        if not (self._direct and not t._tempDataLen and t.offset == len(t.dataBuffer) and not t.disconnecting):
+        if not self._direct or t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
             t.writeSequence(parts)
             self._charge_if_paused(parts)
             return

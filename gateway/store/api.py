@@ -34,6 +34,10 @@ class MessageExtBrokerInner:
 class PutMessageStatus(enum.Enum):
     """Outcome of a put (``PutMessageStatus``)."""
 
+    # Members are singletons compared by identity: hash them by identity in C too (Enum's own __hash__ is
+    # Python code, and every send looks its status up in a dict).
+    __hash__ = object.__hash__
+
     PUT_OK = enum.auto()
     FLUSH_DISK_TIMEOUT = enum.auto()
     FLUSH_SLAVE_TIMEOUT = enum.auto()

@@ -1,5 +1,6 @@
-"""Replies to one read leave in one send, straight to the socket when nothing is buffered before them, and stay in
-order when the socket is full (Twisted buffers the rest)."""
+"""Replies to one read, and frames written outside a read in one reactor turn, leave in one send, straight to the
+socket when nothing is buffered before them, and stay in order when the socket is full (Twisted buffers the
+rest)."""
 
 from __future__ import annotations
 
@@ -133,12 +134,33 @@ async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_reply_does_not_overtake_one_waiting_in_the_transport() -> None:
+async def test_frames_written_outside_a_read_in_one_turn_leave_in_one_send() -> None:
     factory, port, addr = _server()
     sock, server_side = await _raw_client(factory, addr)
     try:
-        # A command written outside a read waits in Twisted's buffer for the next writable event; a read handled
-        # before that event must queue its reply behind it, though the socket has room.
+        counts = _spy(server_side)
+        # As a SYNC_FLUSH fsync releases several waiting sends of one connection at once.
+        for i in range(5):
+            cmd = RemotingCommand.request(1, {"i": str(i)})
+            cmd.opaque = i
+            server_side.send_command(cmd)
+        assert counts["sends"] == 0  # not yet: the turn may write more
+        got = await _read(sock, 5, 10)
+        assert [c.opaque for c in got] == list(range(5))
+        assert counts == {"reads": 0, "sends": 1, "buffered": 0}
+    finally:
+        sock.close()
+        await factory.close_all()
+        await port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reply_does_not_overtake_a_frame_written_before_it() -> None:
+    factory, port, addr = _server()
+    sock, server_side = await _raw_client(factory, addr)
+    try:
+        # A command written outside a read waits for the end of the reactor turn; a read handled before then
+        # queues its reply behind it.
         waiting = RemotingCommand.request(1, {"i": "first"})
         waiting.opaque = 100
         server_side.send_command(waiting)
