@@ -4,8 +4,10 @@ rest)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_twisted
@@ -77,14 +79,21 @@ async def test_the_replies_to_one_read_leave_in_one_send_without_a_reactor_turn(
         await port.stopListening()
 
 
-async def _raw_client(factory: RemotingServerFactory, addr: str) -> tuple[socket.socket, RemotingProtocol]:
-    """A non-blocking socket to the server (read only when the test says) and the server's side of it."""
+@contextlib.asynccontextmanager
+async def _raw_connection() -> AsyncIterator[tuple[socket.socket, RemotingProtocol]]:
+    """A server, a non-blocking socket to it (read only when the test says) and the server's side of it."""
+    factory, port, addr = _server()
     host, port_number = addr.split(":")
     sock = socket.create_connection((host, int(port_number)))
     sock.setblocking(False)
-    await _sleep(0.05)
-    (server_side,) = factory.channels
-    return sock, server_side
+    try:
+        await _sleep(0.05)
+        (server_side,) = factory.channels
+        yield sock, server_side
+    finally:
+        sock.close()
+        await factory.close_all()
+        await port.stopListening()
 
 
 async def _read(sock: socket.socket, count: int, timeout: float) -> list[RemotingCommand]:
@@ -102,17 +111,19 @@ async def _read(sock: socket.socket, count: int, timeout: float) -> list[Remotin
     return got
 
 
-def _frame(code: int, i: int) -> bytes:
+def _command(code: int, i: int) -> RemotingCommand:
     cmd = RemotingCommand.request(code, {"i": str(i)})
     cmd.opaque = i
-    return encode(cmd)
+    return cmd
+
+
+def _frame(code: int, i: int) -> bytes:
+    return encode(_command(code, i))
 
 
 @pytest_twisted.ensureDeferred
 async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
-    factory, port, addr = _server()
-    sock, server_side = await _raw_client(factory, addr)
-    try:
+    async with _raw_connection() as (sock, server_side):
         counts = _spy(server_side)
         # The peer reads nothing for now: with a small send buffer, the socket is soon full.
         server_side.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
@@ -127,47 +138,27 @@ async def test_replies_stay_in_order_when_the_socket_is_full() -> None:
         got = await _read(sock, 16, 20)
         assert [r.opaque for r in got] == list(range(16))
         assert [len(r.body) for r in got] == [BIG] * 8 + [0] * 8
-    finally:
-        sock.close()
-        await factory.close_all()
-        await port.stopListening()
 
 
 @pytest_twisted.ensureDeferred
 async def test_frames_written_outside_a_read_in_one_turn_leave_in_one_send() -> None:
-    factory, port, addr = _server()
-    sock, server_side = await _raw_client(factory, addr)
-    try:
+    async with _raw_connection() as (sock, server_side):
         counts = _spy(server_side)
         # As a SYNC_FLUSH fsync releases several waiting sends of one connection at once.
         for i in range(5):
-            cmd = RemotingCommand.request(1, {"i": str(i)})
-            cmd.opaque = i
-            server_side.send_command(cmd)
+            server_side.send_command(_command(1, i))
         assert counts["sends"] == 0  # not yet: the turn may write more
         got = await _read(sock, 5, 10)
         assert [c.opaque for c in got] == list(range(5))
         assert counts == {"reads": 0, "sends": 1, "buffered": 0}
-    finally:
-        sock.close()
-        await factory.close_all()
-        await port.stopListening()
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_reply_does_not_overtake_a_frame_written_before_it() -> None:
-    factory, port, addr = _server()
-    sock, server_side = await _raw_client(factory, addr)
-    try:
+    async with _raw_connection() as (sock, server_side):
         # A command written outside a read waits for the end of the reactor turn; a read handled before then
         # queues its reply behind it.
-        waiting = RemotingCommand.request(1, {"i": "first"})
-        waiting.opaque = 100
-        server_side.send_command(waiting)
+        server_side.send_command(_command(1, 100))
         server_side.dataReceived(_frame(1, 101))
         got = await _read(sock, 2, 10)
         assert [c.opaque for c in got] == [100, 101]
-    finally:
-        sock.close()
-        await factory.close_all()
-        await port.stopListening()
