@@ -26,16 +26,25 @@ store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "write_record takes 19 arguments");
         return NULL;
     }
-    static const struct { int arg; long long lo, hi; } ints[] = {
-        {W_POS, 0, INT64_MAX},          {W_SIZE, 0, INT32_MAX},        {W_MAGIC, INT32_MIN, INT32_MAX},
-        {W_CRC, INT32_MIN, INT32_MAX},  {W_QUEUE, INT32_MIN, INT32_MAX}, {W_FLAG, INT32_MIN, INT32_MAX},
-        {W_QOFF, INT64_MIN, INT64_MAX}, {W_PHY, INT64_MIN, INT64_MAX}, {W_SYS, INT32_MIN, INT32_MAX},
-        {W_BORN_TS, INT64_MIN, INT64_MAX}, {W_STORE_TS, INT64_MIN, INT64_MAX},
-        {W_RECONSUME, INT32_MIN, INT32_MAX}, {W_PREPARED, INT64_MIN, INT64_MAX},
+    /* Each int argument's range, and its name for the struct.error a value out of range gets. */
+    static const struct { int arg; long long lo, hi; const char *name; } ints[] = {
+        {W_POS, 0, INT64_MAX, "pos"},
+        {W_SIZE, 0, INT32_MAX, "size"},
+        {W_MAGIC, INT32_MIN, INT32_MAX, "magic"},
+        {W_CRC, INT32_MIN, INT32_MAX, "body crc"},
+        {W_QUEUE, INT32_MIN, INT32_MAX, "queue_id"},
+        {W_FLAG, INT32_MIN, INT32_MAX, "flag"},
+        {W_QOFF, INT64_MIN, INT64_MAX, "queue_offset"},
+        {W_PHY, INT64_MIN, INT64_MAX, "physical_offset"},
+        {W_SYS, INT32_MIN, INT32_MAX, "sys_flag"},
+        {W_BORN_TS, INT64_MIN, INT64_MAX, "born_timestamp"},
+        {W_STORE_TS, INT64_MIN, INT64_MAX, "store_timestamp"},
+        {W_RECONSUME, INT32_MIN, INT32_MAX, "reconsume_times"},
+        {W_PREPARED, INT64_MIN, INT64_MAX, "prepared_transaction_offset"},
     };
     long long v[W_NARGS] = {0};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-        if (packable_int(args[ints[i].arg], ints[i].lo, ints[i].hi, StructError, "write_record", &v[ints[i].arg]) < 0)
+        if (packable_int(args[ints[i].arg], ints[i].lo, ints[i].hi, StructError, ints[i].name, &v[ints[i].arg]) < 0)
             return NULL;
     const int bytes_args[] = {W_TOPIC, W_BORN_HOST, W_STORE_HOST, W_BODY, W_PROPS};
     Py_buffer b[5];

@@ -150,3 +150,11 @@ def test_a_record_past_the_mapping_is_refused() -> None:
             commit_log._write_record(mm, pos, size, msg, b"t", b"", 0, 0, 0, 0)
     with pytest.raises(struct.error):  # as struct.pack refuses the topic's length byte
         commit_log._write_record(mm, 0, size + 128, msg, b"t" * 129, b"", 0, 0, 0, 0)
+
+
+@needs_c
+def test_a_field_out_of_range_is_named() -> None:
+    msg = MessageExtBrokerInner("t", 2**31, 0, b"body", "", 0, 0, 0, bytes(8), bytes(8))
+    size = record_size(4, 1, 0)
+    with pytest.raises(struct.error, match="queue_id out of range"):
+        commit_log._write_record(bytearray(size), 0, size, msg, b"t", b"", 0, 0, 0, 0)
