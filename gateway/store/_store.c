@@ -3,8 +3,15 @@
  * index_file.py's IndexFile._put_entries writes them). The Python code is the reference and the fallback where
  * this module was not built; the tests compare the two. Every position is checked against the mapping's size
  * before it is read or written.
+ *
+ * Also the commitlog's fsync thread (FsyncThread, used by flush.py): it never takes the GIL.
  */
 #include "../_native.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #define INDEX_HEADER_SIZE 40
 #define HASH_SLOT_SIZE 4
@@ -204,6 +211,220 @@ done:
     return result;
 }
 
+/* FsyncThread(notify_fd): one thread that syncs the files a request names, by path, without the GIL, then writes
+ * a byte to notify_fd (a pipe the reactor watches). A Python worker would have to take the GIL back after every
+ * system call; on a busy reactor each of those hand-overs costs two context switches. One request at a time:
+ * request(paths, dir_first) starts one (the first path is a directory to fsync when dir_first), take() returns
+ * None while it runs, then (errno, index of the path that failed), (0, -1) when all went well. */
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int started, joined, stopping, notify_fd;
+    char **paths;
+    Py_ssize_t npaths;
+    int dir_first, busy, done, err;
+    Py_ssize_t failed;
+} FsyncThread;
+
+static void
+free_paths(char **paths, Py_ssize_t n)
+{
+    if (paths == NULL)
+        return;
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyMem_RawFree(paths[i]);
+    PyMem_RawFree(paths);
+}
+
+static int
+sync_path(const char *path, int directory)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    /* fdatasync through a fresh descriptor writes back pages dirtied through any mapping of the file; a
+     * directory needs fsync for its new entries. */
+    int err = (directory ? fsync(fd) : fdatasync(fd)) < 0 ? errno : 0;
+    close(fd);
+    return err;
+}
+
+static void *
+fsync_thread_run(void *arg)
+{
+    FsyncThread *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->busy && !t->stopping)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (!t->busy)
+            break;
+        char **paths = t->paths;
+        Py_ssize_t n = t->npaths, i;
+        int dir_first = t->dir_first, err = 0;
+        pthread_mutex_unlock(&t->mu);
+        for (i = 0; i < n && err == 0; i++)
+            err = sync_path(paths[i], i == 0 && dir_first);
+        pthread_mutex_lock(&t->mu);
+        t->busy = 0;
+        t->done = 1;
+        t->err = err;
+        t->failed = err ? i - 1 : -1;
+        const char one = 1;
+        while (write(t->notify_fd, &one, 1) < 0 && errno == EINTR)
+            ;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static int
+fsync_thread_init(FsyncThread *t, PyObject *args, PyObject *kwds)
+{
+    int fd;
+    if (t->started) {
+        PyErr_SetString(PyExc_RuntimeError, "FsyncThread is already started");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "i:FsyncThread", &fd))
+        return -1;
+    t->notify_fd = fd;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    int rc = pthread_create(&t->thread, NULL, fsync_thread_run, t);
+    if (rc != 0) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    t->started = 1;
+    return 0;
+}
+
+static PyObject *
+fsync_thread_request(FsyncThread *t, PyObject *args)
+{
+    PyObject *seq;
+    int dir_first;
+    if (!PyArg_ParseTuple(args, "O!p:request", &PyTuple_Type, &seq, &dir_first))
+        return NULL;
+    if (!t->started || t->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "FsyncThread is not running");
+        return NULL;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    char **paths = PyMem_RawCalloc(n ? n : 1, sizeof(char *));
+    if (paths == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        char *raw;
+        Py_ssize_t len;
+        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(seq, i), &raw, &len) < 0) {
+            free_paths(paths, n);
+            return NULL;
+        }
+        if ((size_t)len != strlen(raw)) {
+            free_paths(paths, n);
+            PyErr_SetString(PyExc_ValueError, "embedded null byte");
+            return NULL;
+        }
+        if ((paths[i] = PyMem_RawMalloc(len + 1)) == NULL) {
+            free_paths(paths, n);
+            return PyErr_NoMemory();
+        }
+        memcpy(paths[i], raw, len + 1);
+    }
+    pthread_mutex_lock(&t->mu);
+    if (t->busy || t->done) {
+        pthread_mutex_unlock(&t->mu);
+        free_paths(paths, n);
+        PyErr_SetString(PyExc_RuntimeError, "the previous request is not taken yet");
+        return NULL;
+    }
+    free_paths(t->paths, t->npaths);
+    t->paths = paths;
+    t->npaths = n;
+    t->dir_first = dir_first;
+    t->busy = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+fsync_thread_take(FsyncThread *t, PyObject *unused)
+{
+    if (!t->started)
+        Py_RETURN_NONE;
+    pthread_mutex_lock(&t->mu);
+    int done = t->done, err = t->err;
+    Py_ssize_t failed = t->failed;
+    t->done = 0;
+    pthread_mutex_unlock(&t->mu);
+    if (!done)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(in)", err, failed);
+}
+
+static void
+fsync_thread_join(FsyncThread *t)
+{
+    if (!t->started || t->joined)
+        return;
+    pthread_mutex_lock(&t->mu);
+    t->stopping = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(t->thread, NULL); /* after the request it is running, if any */
+    Py_END_ALLOW_THREADS
+    t->joined = 1;
+}
+
+static PyObject *
+fsync_thread_stop(FsyncThread *t, PyObject *unused)
+{
+    fsync_thread_join(t);
+    Py_RETURN_NONE;
+}
+
+static void
+fsync_thread_dealloc(FsyncThread *t)
+{
+    fsync_thread_join(t);
+    if (t->started) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+    }
+    free_paths(t->paths, t->npaths);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static PyMethodDef fsync_thread_methods[] = {
+    {"request", (PyCFunction)fsync_thread_request, METH_VARARGS,
+     "request(paths, dir_first): sync these files (bytes paths; the first a directory when dir_first)."},
+    {"take", (PyCFunction)fsync_thread_take, METH_NOARGS,
+     "take() -> None while a request runs, else (errno, index of the failed path) once: (0, -1) for success."},
+    {"stop", (PyCFunction)fsync_thread_stop, METH_NOARGS, "stop(): finish the running request, end the thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FsyncThreadType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gateway.store._store.FsyncThread",
+    .tp_doc = "FsyncThread(notify_fd): a thread that fsyncs files without the GIL and writes a byte to notify_fd "
+              "after each request.",
+    .tp_basicsize = sizeof(FsyncThread),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)fsync_thread_init,
+    .tp_dealloc = (destructor)fsync_thread_dealloc,
+    .tp_methods = fsync_thread_methods,
+};
+
 static PyMethodDef methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
      "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
@@ -225,7 +446,16 @@ PyInit__store(void)
         return NULL;
     StructError = PyObject_GetAttrString(struct_module, "error");
     Py_DECREF(struct_module);
-    if (StructError == NULL)
+    if (StructError == NULL || PyType_Ready(&FsyncThreadType) < 0)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FsyncThreadType);
+    if (PyModule_AddObject(m, "FsyncThread", (PyObject *)&FsyncThreadType) < 0) {
+        Py_DECREF(&FsyncThreadType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

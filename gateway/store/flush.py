@@ -1,29 +1,93 @@
 """Disk flushing off the reactor thread (FlushRealTimeService, GroupCommitService, FlushConsumeQueueService).
 
-Every fsync runs in a small dedicated thread pool; the reactor only decides when.  ``wait_for_flush``
+Every fsync runs off the reactor, which only decides when: the commitlog's on the C store's fsync thread when
+it is built (``CommitLogFsyncThread``), everything else in a small dedicated thread pool.  ``wait_for_flush``
 is SYNC_FLUSH's group commit: all waiters share the next fsync, a new one starts as soon as the
 previous finishes while anyone waits, and a waiter not covered within ``syncFlushTimeout`` gets False.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from collections.abc import Generator
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorCore
+from twisted.internet.interfaces import IReactorCore, IReactorFDSet, IReadDescriptor
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
 
 from .config import StoreConfig
-from .mapped_file import OS_PAGE_SIZE
+from .mapped_file import OS_PAGE_SIZE, FlushPlan
 from .message_store import DefaultMessageStore
+from .native import c_store
 from .waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
+
+
+@implementer(IReadDescriptor)
+class CommitLogFsyncThread:
+    """The commitlog's fsyncs on the C store's ``FsyncThread``, which never takes the GIL and reports each on a
+    pipe the reactor watches.  A thread-pool worker takes the GIL back after every system call of a flush (open,
+    fdatasync, close) and runs Python around them; with the reactor busy each hand-over costs two context
+    switches, and SYNC_FLUSH's sends wait on them."""
+
+    def __init__(self, reactor: Any, store: DefaultMessageStore) -> None:
+        assert c_store is not None
+        self._reactor = reactor
+        self._store = store
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        self._thread = c_store.FsyncThread(self._write_fd)
+        self._running: tuple[FlushPlan, int, tuple[str, ...], defer.Deferred[int]] | None = None
+        reactor.addReader(self)
+
+    def flush(self) -> defer.Deferred[int]:
+        """Sync what the commitlog has appended now; fires with the flushed offset, as ``store.flush`` returns."""
+        plan, store_timestamp = self._store.plan_flush()
+        if plan is None:
+            return defer.succeed(self._store.flushed(None, store_timestamp))
+        paths = ((plan.store_path,) if plan.sync_dir else ()) + plan.paths
+        self._thread.request(tuple(map(os.fsencode, paths)), plan.sync_dir)
+        d: defer.Deferred[int] = defer.Deferred()
+        self._running = (plan, store_timestamp, paths, d)
+        return d
+
+    def doRead(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read_fd, 64)
+        outcome = self._thread.take()
+        if outcome is None or self._running is None:
+            return
+        (plan, store_timestamp, paths, d), self._running = self._running, None
+        err, failed = outcome
+        if err:
+            self._store.flush_failed(plan)
+            d.errback(OSError(err, os.strerror(err), paths[failed]))
+        else:
+            d.callback(self._store.flushed(plan, store_timestamp))
+
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def connectionLost(self, reason: Any) -> None:
+        pass  # the reactor is going: close() cleans up
+
+    def logPrefix(self) -> str:
+        return "commitlog-fsync"
+
+    def close(self) -> None:
+        """End the thread, after the fsync it is running if any, and stop watching its pipe."""
+        self._reactor.removeReader(self)
+        self._thread.stop()
+        os.close(self._read_fd)
+        os.close(self._write_fd)
 
 
 class FlushService:
@@ -31,7 +95,8 @@ class FlushService:
 
     ``config`` defaults to the store's; ``reactor`` to the global one; ``threadpool`` to a private
     two-thread pool (one commitlog and one consume-queue flush may run at once) started and stopped
-    with the service.
+    with the service.  With the private pool, a reactor that watches descriptors and the C store built, the
+    commitlog's fsyncs run on its fsync thread instead.
     """
 
     def __init__(
@@ -60,6 +125,8 @@ class FlushService:
         self._last_commit_thorough = 0.0
         self._last_cq_thorough = 0.0
         self._waiters = OffsetWaiters(reactor)
+        self._native = c_store is not None and self._own_pool and IReactorFDSet.providedBy(reactor)
+        self._fsync_thread: CommitLogFsyncThread | None = None
         self._shutdown_trigger: Any = None
         self._stopping: defer.Deferred[None] | None = None
 
@@ -71,6 +138,8 @@ class FlushService:
         self._stopping = None
         if self._own_pool:
             self.pool.start()
+        if self._native:
+            self._fsync_thread = CommitLogFsyncThread(self.reactor, self.store)
         now = self.reactor.seconds()
         self._last_commit_thorough = self._last_cq_thorough = now
         self._commit_loop.start(self.config.flushIntervalCommitLog / 1000, now=False)
@@ -120,6 +189,9 @@ class FlushService:
             except Exception:
                 log.exception("final commitlog flush failed")
         self._waiters.expire(everything=True)
+        if self._fsync_thread is not None:
+            self._fsync_thread.close()
+            self._fsync_thread = None
         if self._own_pool:
             self.pool.stop()
 
@@ -141,14 +213,18 @@ class FlushService:
     def _flush_commit_log(self) -> None:
         if self._commit_d is not None:
             return  # the running flush will start the next round if anyone still waits
-        d = deferToThreadPool(self.reactor, self.pool, self.store.flush)
+        if self._fsync_thread is not None:
+            d = self._fsync_thread.flush()
+        else:
+            d = deferToThreadPool(self.reactor, self.pool, self.store.flush)
         self._commit_d = d
         d.addCallbacks(self._commit_log_flushed, self._commit_log_flush_failed)
 
     def _commit_log_flushed(self, flushed: int) -> None:
         self._commit_d = None
         self._waiters.release(flushed)
-        if self._waiters and self.running:
+        # A waiter beyond what is written (the commitlog was cut) waits for the next put, not in a loop.
+        if self._waiters and self.running and flushed < self.store.max_phy_offset:
             self._flush_commit_log()
 
     def _commit_log_flush_failed(self, failure: Failure) -> None:

@@ -4,7 +4,8 @@ MappedFileQueue), and the store's bound on open mappings (MappedFilePool).
 Threading: appends, reads, mapping and changes to the file list happen on one thread (the reactor); ``flush``
 and ``destroy_files`` may run on worker threads.  A queue's lock is held while fsyncing and while unmapping or
 deleting files, so a worker never syncs a file that is being closed, and the pool never unmaps a file a worker
-is using.
+is using.  The C store's fsync thread syncs a ``FlushPlan`` without the lock: it opens each file by its path, so
+unmapping does not concern it, and a plan made before a truncation is not recorded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,32 @@ def _preallocate(fd: int, offset: int, length: int) -> None:
 def _fsync_dir(path: str) -> None:
     with _descriptor(path, os.O_RDONLY) as fd:
         os.fsync(fd)
+
+
+def sync_path(path: str) -> None:
+    """fdatasync (it releases the GIL, mmap.flush does not) through a fresh descriptor: on Linux that writes back
+    the file's pages dirtied through any mapping, also one already unmapped."""
+    with _descriptor(path, os.O_RDONLY) as fd:
+        os.fdatasync(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class FlushPlan:
+    """One flush of a queue: sync ``paths`` (after the directory ``store_path`` when ``sync_dir``: new files'
+    names) to make everything before ``end`` durable.  ``epoch`` is the queue's when planned."""
+
+    end: int
+    store_path: str
+    sync_dir: bool
+    paths: tuple[str, ...]
+    epoch: int
+
+    def sync(self) -> None:
+        """Blocking: do it (the C store's fsync thread does the same without the GIL)."""
+        if self.sync_dir:
+            _fsync_dir(self.store_path)
+        for path in self.paths:
+            sync_path(path)
 
 
 class MappedFilePool:
@@ -214,10 +242,8 @@ class MappedFile:
         return self.file_from_offset + self.file_size
 
     def sync(self) -> None:
-        """fdatasync (it releases the GIL, mmap.flush does not) through a fresh descriptor: on Linux that writes
-        back the file's pages dirtied through any mapping, also one already unmapped."""
-        with _descriptor(self.path, os.O_RDONLY) as fd:
-            os.fdatasync(fd)
+        """Blocking: fdatasync the file through its path (``sync_path``)."""
+        sync_path(self.path)
 
     def zero_from(self, pos: int, preallocate: bool = False) -> None:
         """Make bytes ``pos..end`` zero by cutting the file and growing it back (cheap, even for a 1 GiB tail)."""
@@ -307,6 +333,7 @@ class MappedFileQueue:
         self.flushed_where = 0
         self._lock = threading.Lock()
         self._dir_dirty = False
+        self._epoch = 0  # counts truncations: a flush planned before one must not raise flushed_where
 
     def load(self) -> list[str]:
         """List the existing files (mapped when first used); returns the paths of zero-length files removed (a
@@ -317,6 +344,7 @@ class MappedFileQueue:
         dropped: list[str] = []
         self.files = []
         self.wrote_where = self.flushed_where = 0
+        self._epoch += 1
         try:
             names = sorted(os.listdir(self.store_path))
         except FileNotFoundError:
@@ -375,32 +403,57 @@ class MappedFileQueue:
                 return f
         return None
 
+    def plan_flush(self, target: int | None = None, least_pages: int = 0) -> FlushPlan | None:
+        """What a flush up to ``target`` (default: all written) must sync, or None when nothing is to be done.
+
+        With ``least_pages`` > 0 nothing is planned unless that many pages are dirty or a segment filled up.
+        """
+        with self._lock:
+            return self._plan_flush(target, least_pages)
+
+    def _plan_flush(self, target: int | None, least_pages: int) -> FlushPlan | None:
+        start = self.flushed_where
+        end = self.wrote_where if target is None else target
+        files = self.files[:]
+        if end <= start or not files:
+            return None
+        first = files[0].file_from_offset
+        size = self.mapped_file_size
+        lo = max((start - first) // size, 0)
+        hi = min((end - 1 - first) // size, len(files) - 1)
+        if least_pages > 0 and lo == hi and end // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages:
+            return None
+        sync_dir = self._dir_dirty
+        self._dir_dirty = False  # cleared now so that a file created while this plan runs is synced next time
+        return FlushPlan(end, self.store_path, sync_dir, tuple(f.path for f in files[lo : hi + 1]), self._epoch)
+
+    def flushed(self, plan: FlushPlan) -> int:
+        """Record ``plan`` as synced; returns the new ``flushed_where``.  A plan made before a truncation counts
+        for nothing: what it synced may have been cut since."""
+        if plan.epoch == self._epoch:
+            self.flushed_where = max(self.flushed_where, plan.end)
+        return self.flushed_where
+
+    def flush_failed(self, plan: FlushPlan) -> None:
+        """``plan``'s syncs failed: whatever it would have synced is synced by the next flush."""
+        if plan.sync_dir:
+            self._dir_dirty = True
+
     def flush(self, target: int | None = None, least_pages: int = 0) -> int:
-        """Make data up to ``target`` (default: all written) durable; returns the new ``flushed_where``.
+        """Blocking: make data up to ``target`` (default: all written) durable; returns the new ``flushed_where``.
 
         With ``least_pages`` > 0 nothing is done unless that many pages are dirty or a segment filled up.
         """
         with self._lock:
-            start = self.flushed_where
-            end = self.wrote_where if target is None else target
-            if end <= start:
-                return start
-            files = self.files[:]
-            if not files:
-                return start
-            first = files[0].file_from_offset
-            size = self.mapped_file_size
-            lo = max((start - first) // size, 0)
-            hi = min((end - 1 - first) // size, len(files) - 1)
-            if least_pages > 0 and lo == hi and end // OS_PAGE_SIZE - start // OS_PAGE_SIZE < least_pages:
-                return start
-            if self._dir_dirty:
-                self._dir_dirty = False  # cleared before the sync so a file created meanwhile is synced next time
-                _fsync_dir(self.store_path)
-            for f in files[lo : hi + 1]:
-                f.sync()
-            self.flushed_where = end
-            return end
+            plan = self._plan_flush(target, least_pages)
+            if plan is None:
+                return self.flushed_where
+            try:
+                plan.sync()
+            except BaseException:
+                self.flush_failed(plan)
+                raise
+            return self.flushed(plan)
 
     def truncate_dirty_files(self, offset: int, always_zero: bool = False) -> tuple[int, list[str]]:
         """Cut everything from ``offset`` on: zero the rest of its segment, delete later segments.
@@ -431,6 +484,7 @@ class MappedFileQueue:
             self.files = keep
         self.wrote_where = offset
         self.flushed_where = min(self.flushed_where, offset)
+        self._epoch += 1
         return cut, dropped
 
     def detach_first(self, count: int) -> list[MappedFile]:
@@ -477,5 +531,6 @@ class MappedFileQueue:
                 f.destroy()
             self.files = []
         self.wrote_where = self.flushed_where = 0
+        self._epoch += 1
         with contextlib.suppress(OSError):  # not empty or already gone
             os.rmdir(self.store_path)

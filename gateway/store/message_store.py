@@ -41,7 +41,7 @@ from .commit_log import (
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .index_service import IndexService
-from .mapped_file import MappedFilePool, StoreLoadError
+from .mapped_file import FlushPlan, MappedFilePool, StoreLoadError
 from .paths import StorePathError, store_child
 
 log = logging.getLogger(__name__)
@@ -684,9 +684,29 @@ class DefaultMessageStore:
         Safe to call from a worker thread while the reactor appends.
         """
         flushed, store_timestamp = self.commit_log.flush()
+        self._commit_log_durable_to(store_timestamp)
+        return flushed
+
+    def plan_flush(self) -> tuple[FlushPlan | None, int]:
+        """What ``flush`` would sync now (None: nothing), and the store time of the last record it covers; for a
+        flush done elsewhere (the C store's fsync thread), then recorded with ``flushed`` or ``flush_failed``."""
+        end, store_timestamp = self.commit_log.tail
+        return self.commit_log.queue.plan_flush(end), store_timestamp
+
+    def flushed(self, plan: FlushPlan | None, store_timestamp: int) -> int:
+        """Record a planned flush as done; returns the flushed offset."""
+        queue = self.commit_log.queue
+        if plan is None or queue.flushed(plan) >= plan.end:
+            self._commit_log_durable_to(store_timestamp)
+        return queue.flushed_where
+
+    def flush_failed(self, plan: FlushPlan) -> None:
+        """A planned flush failed: the next one syncs what it would have."""
+        self.commit_log.queue.flush_failed(plan)
+
+    def _commit_log_durable_to(self, store_timestamp: int) -> None:
         if store_timestamp and self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = store_timestamp
-        return flushed
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Blocking: fsync consume queues with at least ``least_pages`` dirty pages, then the checkpoint.

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import defer
-from twisted.internet.task import Clock
+from twisted.internet.task import Clock, deferLater
 from twisted.python.failure import Failure
 
 from gateway.store import DefaultMessageStore
+from gateway.store import flush as flush_module
 from gateway.store.flush import FlushService
+from gateway.store.mapped_file import FlushPlan
 
 from .conftest import make_msg
 
@@ -231,17 +236,94 @@ def test_stop_lets_the_running_fsync_finish_and_answers_everyone(
     assert svc.wait_for_flush(store.max_phy_offset + 1).result is False  # stopped: nothing more will flush
 
 
+@pytest.fixture(params=["fsync thread", "thread pool"])
+def commit_log_sync(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the commitlog is synced under a real reactor: the C store's fsync thread and the thread pool
+    (what runs where the C store is not built)."""
+    if request.param == "fsync thread" and flush_module.c_store is None:
+        pytest.skip("the C store was not built")
+    if request.param == "thread pool":
+        monkeypatch.setattr(flush_module, "c_store", None)
+    return str(request.param)
+
+
 @pytest_twisted.ensureDeferred
-async def test_group_commit_with_a_real_reactor(store: DefaultMessageStore) -> None:
+async def test_group_commit_with_a_real_reactor(store: DefaultMessageStore, commit_log_sync: str) -> None:
     from twisted.internet import reactor
 
     store.config.flushDiskType = "SYNC_FLUSH"
     svc = FlushService(store, store.config, reactor)
     svc.start()
     try:
-        ends = [put(store) for _ in range(50)]
+        assert (svc._fsync_thread is not None) == (commit_log_sync == "fsync thread")
+        ends = [put(store) for _ in range(50)]  # over several segments: each is synced
         oks = await defer.gatherResults([svc.wait_for_flush(e) for e in ends])
         assert oks == [True] * 50
         assert store.flushed_where >= ends[-1]
+        assert store.checkpoint is not None and store.checkpoint.physic_msg_timestamp == store.commit_log.tail[1]
     finally:
         await svc.stop()
+    assert svc._fsync_thread is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failed_fsync_keeps_its_waiters_until_a_tick_succeeds(
+    store: DefaultMessageStore, commit_log_sync: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from twisted.internet import reactor
+
+    store.config.flushCommitLogThoroughInterval = 0  # every tick syncs whatever is dirty
+    store.config.flushIntervalCommitLog = 50
+    svc = FlushService(store, store.config, reactor)
+    real_plan = store.plan_flush
+    real_flush = store.flush
+    gone = str(tmp_path / "gone")
+
+    def failing_plan() -> tuple[FlushPlan | None, int]:
+        plan, ts = real_plan()
+        assert plan is not None
+        return dataclasses.replace(plan, paths=(*plan.paths, gone)), ts
+
+    def failing_flush() -> int:
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", gone)
+
+    store.plan_flush = failing_plan  # type: ignore[method-assign]
+    store.flush = failing_flush  # type: ignore[method-assign]
+    svc.start()
+    try:
+        end = put(store)
+        d = svc.wait_for_flush(end)
+        await deferLater(reactor, 0.03, lambda: None)
+        assert not d.called and store.flushed_where < end
+        assert gone in caplog.text  # the failure names the file
+        del store.plan_flush, store.flush
+        assert await d.addTimeout(5, reactor) is True
+        assert store.flushed_where >= end
+    finally:
+        store.plan_flush, store.flush = real_plan, real_flush  # type: ignore[method-assign]
+        await svc.stop()
+
+
+def test_a_flush_planned_before_a_truncation_is_not_recorded(store: DefaultMessageStore) -> None:
+    queue = store.commit_log.queue
+    put(store)
+    cut_at = store.max_phy_offset
+    put(store)
+    plan, ts = store.plan_flush()
+    assert plan is not None and plan.end == store.max_phy_offset
+    queue.truncate_dirty_files(cut_at)
+    store.commit_log.tail = (cut_at, ts)
+    plan.sync()
+    assert store.flushed(plan, ts) == 0  # what it synced was cut: nothing is known durable
+    assert store.flush() == cut_at
+
+
+def test_a_failed_flush_syncs_the_new_file_names_next_time(store: DefaultMessageStore) -> None:
+    put(store)
+    plan, _ = store.plan_flush()
+    assert plan is not None and plan.sync_dir  # a segment was created
+    again, _ = store.plan_flush()
+    assert again is not None and not again.sync_dir
+    store.flush_failed(plan)
+    retry, _ = store.plan_flush()
+    assert retry is not None and retry.sync_dir

@@ -1,8 +1,10 @@
 """The C store (``gateway/store/_store.c``) against the Python reference: the same commitlog record bytes for any
-message, the same index file bytes and header for any keys."""
+message, the same index file bytes and header for any keys; and its fsync thread."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 import threading
 from pathlib import Path
@@ -158,3 +160,36 @@ def test_a_field_out_of_range_is_named() -> None:
     size = record_size(4, 1, 0)
     with pytest.raises(struct.error, match="queue_id out of range"):
         commit_log._write_record(bytearray(size), 0, size, msg, b"t", b"", 0, 0, 0, 0)
+
+
+def _wait_for(read_fd: int, thread: Any) -> Any:
+    os.read(read_fd, 1)  # the thread writes one byte a request
+    return thread.take()
+
+
+@needs_c
+def test_the_fsync_thread_syncs_what_it_is_asked_and_reports_each_request(tmp_path: Path) -> None:
+    read_fd, write_fd = os.pipe()
+    segment = tmp_path / "00000000000000000000"
+    segment.write_bytes(b"x" * 100)
+    thread = C.FsyncThread(write_fd)
+    try:
+        assert thread.take() is None  # nothing asked yet
+        thread.request((os.fsencode(tmp_path), os.fsencode(segment)), True)
+        with pytest.raises(RuntimeError, match="not taken"):
+            thread.request((os.fsencode(segment),), False)  # one request at a time
+        assert _wait_for(read_fd, thread) == (0, -1)
+        assert thread.take() is None  # reported once
+        # The errno and which path failed: the ones after it are not tried.
+        thread.request((os.fsencode(segment), os.fsencode(tmp_path / "gone"), os.fsencode(segment)), False)
+        assert _wait_for(read_fd, thread) == (errno.ENOENT, 1)
+        with pytest.raises(ValueError):
+            thread.request((b"a\0b",), False)  # a path with a NUL never reaches open()
+        thread.stop()
+        thread.stop()
+        with pytest.raises(RuntimeError, match="not running"):
+            thread.request((os.fsencode(segment),), False)
+    finally:
+        thread.stop()
+        os.close(read_fd)
+        os.close(write_fd)
