@@ -2,8 +2,9 @@
 
 Every fsync runs off the reactor, which only decides when: the commitlog's on the C store's fsync thread when
 it is built (``CommitLogFsyncThread``), everything else in a small dedicated thread pool.  ``wait_for_flush``
-is SYNC_FLUSH's group commit: all waiters share the next fsync, a new one starts as soon as the
-previous finishes while anyone waits, and a waiter not covered within ``syncFlushTimeout`` gets False.
+is SYNC_FLUSH's group commit: all waiters share the next fsync, which starts at the end of the reactor turn
+that asked for it (so it covers every send of that turn) or as soon as the previous one finishes while anyone
+waits; a waiter not covered within ``syncFlushTimeout`` gets False.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ class FlushService:
         self._waiters = OffsetWaiters(reactor)
         self._native = c_store is not None and self._own_pool and IReactorFDSet.providedBy(reactor)
         self._fsync_thread: CommitLogFsyncThread | None = None
+        self._next_round: Any = None  # the DelayedCall of a group-commit round due at the end of this turn
         self._shutdown_trigger: Any = None
         self._stopping: defer.Deferred[None] | None = None
 
@@ -176,6 +178,9 @@ class FlushService:
         for loop in (self._commit_loop, self._cq_loop):
             if loop.running:
                 loop.stop()
+        if self._next_round is not None:
+            self._next_round.cancel()  # the last flush below answers its waiters
+            self._next_round = None
         if self._shutdown_trigger is not None:
             self.reactor.removeSystemEventTrigger(self._shutdown_trigger)
             self._shutdown_trigger = None
@@ -239,8 +244,14 @@ class FlushService:
         if not self.running:
             return defer.succeed(False)
         d = self._waiters.wait(offset, self.config.syncFlushTimeout / 1000)
-        self._flush_commit_log()
+        if self._commit_d is None and self._next_round is None:
+            # The round starts at the end of this reactor turn: its fsync then covers every send the turn appends.
+            self._next_round = self.reactor.callLater(0, self._start_round)
         return d
+
+    def _start_round(self) -> None:
+        self._next_round = None
+        self._flush_commit_log()
 
     # -- consume queues ------------------------------------------------------------------------------------
 

@@ -152,21 +152,25 @@ def test_async_flush_waits_for_enough_dirty_pages(
 
 
 def test_waiters_share_one_fsync(
-    store: DefaultMessageStore, svc: FlushService, pool: ManualPool, counted: list[int]
+    store: DefaultMessageStore, svc: FlushService, clock: FakeReactor, pool: ManualPool, counted: list[int]
 ) -> None:
     ends = [put(store) for _ in range(5)]
     out = results(*[svc.wait_for_flush(e) for e in ends])
-    assert len(pool.queued) == 1 and out == []
+    assert pool.queued == []  # the round starts at the end of the reactor turn ...
+    clock.advance(0)
+    assert len(pool.queued) == 1 and out == []  # ... once for all of the turn's sends
     pool.release()
     assert out == [True] * 5 and len(counted) == 1
 
 
 def test_group_commit_starts_the_next_fsync_at_once(
-    store: DefaultMessageStore, svc: FlushService, pool: ManualPool, counted: list[int]
+    store: DefaultMessageStore, svc: FlushService, clock: FakeReactor, pool: ManualPool, counted: list[int]
 ) -> None:
     first = results(svc.wait_for_flush(put(store)))
+    clock.advance(0)
     pool.run()  # this fsync is now in flight
     later = results(*[svc.wait_for_flush(put(store)) for _ in range(3)])  # arrive during it
+    clock.advance(0)
     assert len(counted) == 1 and pool.queued == []
     pool.release()
     assert first == [True] and later == []
@@ -180,6 +184,7 @@ def test_group_commit_starts_the_next_fsync_at_once(
 def test_wait_times_out(store: DefaultMessageStore, svc: FlushService, clock: FakeReactor, pool: ManualPool) -> None:
     store.config.syncFlushTimeout = 2000
     a = results(svc.wait_for_flush(put(store)))
+    clock.advance(0)
     clock.advance(1)
     b = results(svc.wait_for_flush(put(store)))
     clock.advance(1)
@@ -197,6 +202,7 @@ def test_failed_fsync_is_retried_by_the_next_tick(
     real = store.flush
     monkeypatch.setattr(store, "flush", lambda: (_ for _ in ()).throw(OSError(5, "EIO")))
     out = results(svc.wait_for_flush(put(store)))
+    clock.advance(0)
     pool.release()
     assert out == []
     monkeypatch.setattr(store, "flush", real)
@@ -221,9 +227,10 @@ def test_consume_queue_flush_and_checkpoint(
 
 
 def test_stop_lets_the_running_fsync_finish_and_answers_everyone(
-    store: DefaultMessageStore, svc: FlushService, pool: ManualPool
+    store: DefaultMessageStore, svc: FlushService, clock: FakeReactor, pool: ManualPool
 ) -> None:
     first = results(svc.wait_for_flush(put(store)))
+    clock.advance(0)
     pool.run()  # in flight, covering only the first message
     second = results(svc.wait_for_flush(put(store)))
     stopped = results(svc.stop(), svc.stop())
@@ -264,6 +271,24 @@ async def test_group_commit_with_a_real_reactor(store: DefaultMessageStore, comm
     finally:
         await svc.stop()
     assert svc._fsync_thread is None
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_fsync_covers_every_send_of_a_reactor_turn(store: DefaultMessageStore, commit_log_sync: str) -> None:
+    from twisted.internet import reactor
+
+    svc = FlushService(store, store.config, reactor)
+    rounds: list[int] = []
+    for name in ("plan_flush", "flush"):  # the fsync thread plans each round; a pool worker calls flush
+        real = getattr(store, name)
+        setattr(store, name, lambda real=real: (rounds.append(store.max_phy_offset), real())[1])
+    svc.start()
+    try:
+        waiting = [svc.wait_for_flush(put(store)) for _ in range(5)]  # as a read's sends: put, wait, put...
+        assert await defer.gatherResults(waiting) == [True] * 5
+        assert rounds == [store.max_phy_offset]
+    finally:
+        await svc.stop()
 
 
 @pytest_twisted.ensureDeferred
