@@ -39,13 +39,21 @@ class Pair:
         self.root = root
         self.apache = apache
         self.procs: list[Proc] = []
+        self.proxy: TcpProxy | None = None
+        try:
+            self._start(role, proxied, settings)
+        except BaseException:
+            self.stop()  # what started must not outlive a pair that never came up
+            raise
+
+    def _start(self, role: str, proxied: bool, settings: dict[str, str]) -> None:
         ns_port = free_port()
         self.namesrv = f"127.0.0.1:{ns_port}"
         ns_conf = write_properties(
-            root / "namesrv.properties",
-            {"listenPort": str(ns_port), "bindAddress": "127.0.0.1", "kvConfigPath": str(root / "kv.json")},
+            self.root / "namesrv.properties",
+            {"listenPort": str(ns_port), "bindAddress": "127.0.0.1", "kvConfigPath": str(self.root / "kv.json")},
         )
-        self.procs.append(Proc("gateway.namesrv", ns_conf, root))
+        self.procs.append(Proc("gateway.namesrv", ns_conf, self.root))
         common = {
             "brokerClusterName": "DefaultCluster",
             "brokerName": "broker-chaos",
@@ -68,8 +76,8 @@ class Pair:
         self.slave = self._broker(
             "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": ha_addr}
         )
-        until(lambda: self._config(self.slave), 30, "the slave")
-        if apache != "master":  # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until the slave is on its HA port
+        until(lambda: self._config(self.slave), 60, "the slave")  # a JVM on a busy VM: 30 s was short
+        if self.apache != "master":  # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until the slave is on its HA port
             until(self._slave_linked, 60, "the slave on the master's HA port")
         self.create_topic(TOPIC)
 
