@@ -187,7 +187,8 @@ class BrokerController(service.Service):
         self._listen_metrics()
         self._start_ha(configured_port)
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
-        self.flush_service = FlushService(self.store, self.store_config, self.reactor)
+        # Stopped in stopService once the connections are closed, not as soon as the reactor starts shutting down.
+        self.flush_service = FlushService(self.store, self.store_config, self.reactor, stop_with_reactor=False)
         self.flush_service.start()
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()

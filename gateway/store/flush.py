@@ -97,7 +97,9 @@ class FlushService:
     ``config`` defaults to the store's; ``reactor`` to the global one; ``threadpool`` to a private
     two-thread pool (one commitlog and one consume-queue flush may run at once) started and stopped
     with the service.  With the private pool, a reactor that watches descriptors and the C store built, the
-    commitlog's fsyncs run on its fsync thread instead.
+    commitlog's fsyncs run on its fsync thread instead.  ``stop_with_reactor`` stops the service when the reactor
+    shuts down, a safety net for an owner that does not; an owner that stops it in its own shutdown (the broker,
+    after closing its connections) says False, so the sends it still serves meanwhile keep their group commit.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class FlushService:
         config: StoreConfig | None = None,
         reactor: Any = None,
         threadpool: ThreadPool | None = None,
+        stop_with_reactor: bool = True,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as global_reactor
@@ -115,6 +118,7 @@ class FlushService:
         self.config = config or store.config
         self.reactor = reactor
         self._own_pool = threadpool is None
+        self._stop_with_reactor = stop_with_reactor
         self.pool = threadpool or ThreadPool(minthreads=0, maxthreads=2, name="store-flush")
         self.running = False
         self._commit_loop = LoopingCall(self._flush_commit_log_tick)
@@ -146,8 +150,7 @@ class FlushService:
         self._last_commit_thorough = self._last_cq_thorough = now
         self._commit_loop.start(self.config.flushIntervalCommitLog / 1000, now=False)
         self._cq_loop.start(self.config.flushIntervalConsumeQueue / 1000, now=False)
-        if IReactorCore.providedBy(self.reactor):
-            # A safety net: the owner normally stops the service before the reactor goes.
+        if self._stop_with_reactor and IReactorCore.providedBy(self.reactor):
             self._shutdown_trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self._reactor_shutdown)
 
     def _reactor_shutdown(self) -> defer.Deferred[None]:

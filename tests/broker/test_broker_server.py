@@ -363,3 +363,18 @@ async def test_sync_flush_acknowledges_durable_sends(make_broker) -> None:
         assert b.controller.store.flushed_where > last
     finally:
         await b.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_sync_flush_group_commit_lasts_until_the_broker_closes_its_connections(make_broker) -> None:
+    b = make_broker(flushDiskType="SYNC_FLUSH")
+    b.start()
+    try:
+        flush = b.controller.flush_service
+        assert flush is not None and flush.running
+        # The broker stops its flush service itself, after closing its connections. A service stopped by the
+        # reactor's shutdown too would answer FLUSH_DISK_TIMEOUT to every send served in between.
+        assert flush._shutdown_trigger is None
+    finally:
+        await b.stop()
+    assert not flush.running

@@ -274,6 +274,22 @@ async def test_group_commit_with_a_real_reactor(store: DefaultMessageStore, comm
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_reactor_shutdown_stops_the_service_unless_its_owner_does(store: DefaultMessageStore) -> None:
+    from twisted.internet import reactor
+
+    safety_net = FlushService(store, reactor=reactor)
+    owned = FlushService(store, reactor=reactor, stop_with_reactor=False)
+    safety_net.start()
+    owned.start()
+    try:
+        assert safety_net._shutdown_trigger is not None and owned._shutdown_trigger is None
+    finally:
+        await safety_net.stop()
+        await owned.stop()
+    assert safety_net._shutdown_trigger is None  # removed again by stop
+
+
+@pytest_twisted.ensureDeferred
 async def test_one_fsync_covers_every_send_of_a_reactor_turn(store: DefaultMessageStore, commit_log_sync: str) -> None:
     from twisted.internet import reactor
 
