@@ -54,6 +54,8 @@ class Pair:
             {"listenPort": str(ns_port), "bindAddress": "127.0.0.1", "kvConfigPath": str(self.root / "kv.json")},
         )
         self.procs.append(Proc("gateway.namesrv", ns_conf, self.root))
+        # A broker that finds no NameServer registers again only 30 s later: start it once the NameServer answers.
+        until(self._namesrv_answers, 30, "the NameServer")
         common = {
             "brokerClusterName": "DefaultCluster",
             "brokerName": "broker-chaos",
@@ -107,6 +109,9 @@ class Pair:
         self.procs.append(proc)
         setattr(self, f"{name}_proc", proc)
         return f"127.0.0.1:{port}"
+
+    def _namesrv_answers(self) -> bool:
+        return call(self.namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3) is not None
 
     def _master_registered(self) -> bool:
         resp = call(self.namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
