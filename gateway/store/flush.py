@@ -46,7 +46,7 @@ class CommitLogFsyncThread:
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         self._thread = c_store.FsyncThread(self._write_fd)
-        self._running: tuple[FlushPlan, int, tuple[str, ...], defer.Deferred[int]] | None = None
+        self._running: tuple[FlushPlan, int, defer.Deferred[int]] | None = None
         reactor.addReader(self)
 
     def flush(self) -> defer.Deferred[int]:
@@ -54,10 +54,9 @@ class CommitLogFsyncThread:
         plan, store_timestamp = self._store.plan_flush()
         if plan is None:
             return defer.succeed(self._store.flushed(None, store_timestamp))
-        paths = ((plan.store_path,) if plan.sync_dir else ()) + plan.paths
-        self._thread.request(tuple(map(os.fsencode, paths)), plan.sync_dir)
+        self._thread.request(tuple(map(os.fsencode, plan.targets)), plan.sync_dir)
         d: defer.Deferred[int] = defer.Deferred()
-        self._running = (plan, store_timestamp, paths, d)
+        self._running = (plan, store_timestamp, d)
         return d
 
     def doRead(self) -> None:
@@ -66,11 +65,11 @@ class CommitLogFsyncThread:
         outcome = self._thread.take()
         if outcome is None or self._running is None:
             return
-        (plan, store_timestamp, paths, d), self._running = self._running, None
+        (plan, store_timestamp, d), self._running = self._running, None
         err, failed = outcome
         if err:
             self._store.flush_failed(plan)
-            d.errback(OSError(err, os.strerror(err), paths[failed]))
+            d.errback(OSError(err, os.strerror(err), plan.targets[failed]))
         else:
             d.callback(self._store.flushed(plan, store_timestamp))
 

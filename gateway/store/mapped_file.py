@@ -78,12 +78,15 @@ class FlushPlan:
     paths: tuple[str, ...]
     epoch: int
 
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """Everything to sync, in order: the directory first when ``sync_dir``, then ``paths``."""
+        return ((self.store_path,) if self.sync_dir else ()) + self.paths
+
     def sync(self) -> None:
         """Blocking: do it (the C store's fsync thread does the same without the GIL)."""
-        if self.sync_dir:
-            _fsync_dir(self.store_path)
-        for path in self.paths:
-            sync_path(path)
+        for i, path in enumerate(self.targets):
+            (_fsync_dir if i == 0 and self.sync_dir else sync_path)(path)
 
 
 class MappedFilePool:
