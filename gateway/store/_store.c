@@ -1,6 +1,6 @@
 /* The store's hot path in C: a commitlog record written straight into its segment's mapping (as commit_log.py's
- * _record and encode_record build it), and the index entries of one message's keys (hash, slot chain, entry, as
- * index_file.py's IndexFile._put_entries writes them). The Python code is the reference and the fallback where
+ * _record and encode_record build it), and one message's index entries, keys read from its properties (hash, slot chain, entry and
+ * header, as index_service.py's build_index and index_file.py's IndexFile.put_keys write them). The Python code is the reference and the fallback where
  * this module was not built; the tests compare the two. Every position is checked against the mapping's size
  * before it is read or written.
  *
@@ -114,101 +114,176 @@ done:
     return result;
 }
 
-/* indexKeyHashMethod: abs(key.hashCode()) over UTF-16 code units, Integer.MIN_VALUE as 0. -1 for a key with a
- * surrogate code point (Python cannot encode it as UTF-16; the Python path raises for it). */
-static int64_t
-key_hash(PyObject *key)
+/* Java's String.hashCode over UTF-16 code units, folded into h: a key's hash is the fold over the topic, '#' and the
+ * key, with no string built. -1 for a surrogate code point (Python cannot encode it as UTF-16; the Python path
+ * raises for it). */
+static int
+fold_hash(uint32_t *h, PyObject *s, Py_ssize_t start, Py_ssize_t end)
 {
-    int kind = PyUnicode_KIND(key);
-    const void *data = PyUnicode_DATA(key);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(key);
-    uint32_t h = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t x = *h;
+    for (Py_ssize_t i = start; i < end; i++) {
         Py_UCS4 c = PyUnicode_READ(kind, data, i);
         if (c < 0x10000) {
             if (c >= 0xD800 && c <= 0xDFFF)
                 return -1;
-            h = 31 * h + c;
+            x = 31 * x + c;
         } else {
             c -= 0x10000;
-            h = 31 * h + (0xD800 + (c >> 10));
-            h = 31 * h + (0xDC00 + (c & 0x3FF));
+            x = 31 * x + (0xD800 + (c >> 10));
+            x = 31 * x + (0xDC00 + (c & 0x3FF));
         }
     }
-    int32_t s = (int32_t)h;
-    if (s == INT32_MIN)
-        return 0;
-    return s < 0 ? -(int64_t)s : s;
+    *h = x;
+    return 0;
 }
 
-/* put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken) or NotImplemented.
- * Entry `count` onwards get the keys in order; each key's slot is pointed at its entry and the entry at the
- * slot's previous entry (none when the slot is empty or points past `count`, a torn write). slots_taken is how
- * many slots were empty. NotImplemented (nothing written) for a key the Python path must handle. */
-static PyObject *
-index_put_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* indexKeyHashMethod of "topic#key" (key = s[start:end]): abs(hashCode()), Integer.MIN_VALUE as 0; -1 as above. */
+static int64_t
+index_key_hash(PyObject *topic, PyObject *s, Py_ssize_t start, Py_ssize_t end)
 {
-    if (nargs != 6 || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "put_entries(mm, hash_slot_num, count, keys: list, phy_offset, time_diff)");
+    uint32_t h = 0;
+    if (fold_hash(&h, topic, 0, PyUnicode_GET_LENGTH(topic)) < 0)
+        return -1;
+    h = 31 * h + '#';
+    if (fold_hash(&h, s, start, end) < 0)
+        return -1;
+    int32_t v = (int32_t)h;
+    if (v == INT32_MIN)
+        return 0;
+    return v < 0 ? -(int64_t)v : v;
+}
+
+/* The span of property `name` (its name and 0x01 at the start of `props` or after a 0x02) in encoded properties,
+ * as message.py's property_value finds it: 0 when absent or empty. */
+static int
+property_span(PyObject *props, const char *name, Py_ssize_t *start, Py_ssize_t *end)
+{
+    int kind = PyUnicode_KIND(props);
+    const void *data = PyUnicode_DATA(props);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(props), len = (Py_ssize_t)strlen(name);
+    Py_ssize_t p = 0;
+    while (p < n) {
+        Py_ssize_t i = 0;
+        while (i < len && p + i < n && PyUnicode_READ(kind, data, p + i) == (Py_UCS4)(unsigned char)name[i])
+            i++;
+        Py_ssize_t q = p + i;
+        if (i == len && q < n && PyUnicode_READ(kind, data, q) == 1) {
+            Py_ssize_t v = q + 1, e = v;
+            while (e < n && PyUnicode_READ(kind, data, e) != 2)
+                e++;
+            *start = v;
+            *end = e;
+            return e > v;
+        }
+        while (q < n && PyUnicode_READ(kind, data, q) != 2) /* on to the next property */
+            q++;
+        p = q + 1;
+    }
+    return 0;
+}
+
+#define MAX_MESSAGE_KEYS 64
+
+/* index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header
+ * or NotImplemented: the message's index keys (topic#UNIQ_KEY, then topic#k for each word of KEYS), each chained
+ * to its slot's previous entry (none when the slot is empty or points past the count, a torn write), and the
+ * file's header, as index_service.py's build_index and index_file.py's put_keys write them. `header` and the
+ * result are (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount).
+ * NotImplemented, with nothing written, for what the Python path must take: a key with a surrogate, more keys
+ * than the file has room for (or than MAX_MESSAGE_KEYS). */
+static PyObject *
+index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != 6 || !PyUnicode_Check(args[4]) ||
+        !PyUnicode_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "index_message(mm, hash_slot_num, index_num, header: 6-tuple, topic: str, "
+                                         "properties: str, phy_offset, store_timestamp)");
         return NULL;
     }
     long long slots = PyLong_AsLongLong(args[1]);
-    long long count = PyLong_AsLongLong(args[2]);
-    long long phy = PyLong_AsLongLong(args[4]);
-    long long time_diff = PyLong_AsLongLong(args[5]);
+    long long index_num = PyLong_AsLongLong(args[2]);
+    long long h[6];
+    for (int i = 0; i < 6; i++)
+        h[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[3], i));
+    long long phy = PyLong_AsLongLong(args[6]);
+    long long stamp = PyLong_AsLongLong(args[7]);
     if (PyErr_Occurred())
         return NULL;
-    PyObject *keys = args[3];
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (slots <= 0 || count < 0 || count + n > INT32_MAX || time_diff < INT32_MIN || time_diff > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "put_entries: count, slots or time_diff out of range");
+    enum { BEGIN_TS, END_TS, BEGIN_PHY, END_PHY, SLOT_COUNT, COUNT };
+    long long count = h[COUNT];
+    if (slots <= 0 || index_num > INT32_MAX || count < 0 || h[SLOT_COUNT] < INT32_MIN || h[SLOT_COUNT] > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "index_message: slots, capacity or header out of range");
         return NULL;
     }
-    /* Hashes first: a key the Python path must take leaves the mapping untouched. */
-    int64_t hashes_small[8];
-    int64_t *hashes = n <= 8 ? hashes_small : PyMem_Malloc(sizeof(int64_t) * n);
-    if (hashes == NULL)
-        return PyErr_NoMemory();
-    PyObject *result = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyList_GET_ITEM(keys, i);
-        if (!PyUnicode_Check(key) || (hashes[i] = key_hash(key)) < 0) {
-            result = Py_NewRef(Py_NotImplemented);
-            goto done;
+    PyObject *topic = args[4], *props = args[5];
+    /* Hashes first: a message the Python path must take leaves the mapping untouched. */
+    int64_t hashes[MAX_MESSAGE_KEYS];
+    int n = 0;
+    Py_ssize_t start, end;
+    if (property_span(props, "UNIQ_KEY", &start, &end) && (hashes[n++] = index_key_hash(topic, props, start, end)) < 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    if (property_span(props, "KEYS", &start, &end)) {
+        int kind = PyUnicode_KIND(props);
+        const void *data = PyUnicode_DATA(props);
+        for (Py_ssize_t w = start; w < end;) {
+            Py_ssize_t e = w;
+            while (e < end && PyUnicode_READ(kind, data, e) != ' ')
+                e++;
+            if (e > w) {
+                if (n == MAX_MESSAGE_KEYS || (hashes[n++] = index_key_hash(topic, props, w, e)) < 0)
+                    Py_RETURN_NOTIMPLEMENTED;
+            }
+            w = e + 1;
         }
     }
+    if (n > index_num - count)
+        Py_RETURN_NOTIMPLEMENTED; /* the Python path fills this file and goes on in a new one */
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
-        goto done;
+        return NULL;
     unsigned char *mm = view.buf;
     long long entries_at = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE;
     if (entries_at > view.len || (count + n) * INDEX_SIZE > view.len - entries_at) {
-        PyErr_SetString(PyExc_ValueError, "put_entries: the entries do not fit in the mapping");
+        PyErr_SetString(PyExc_ValueError, "index_message: the entries do not fit in the mapping");
         PyBuffer_Release(&view);
-        goto done;
+        return NULL;
     }
-    long long taken = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long slot_pos = INDEX_HEADER_SIZE + (hashes[i] % slots) * HASH_SLOT_SIZE;
-        long long prev = get32(mm + slot_pos);
-        if (prev <= INVALID_INDEX || prev > count) {
-            prev = INVALID_INDEX;
-            taken++;
+    if (n > 0) {
+        if (count <= 1) { /* the first entry starts the file's span */
+            h[BEGIN_PHY] = phy;
+            h[BEGIN_TS] = stamp;
         }
-        unsigned char *e = mm + entries_at + count * INDEX_SIZE;
-        put32(e, hashes[i]);
-        put64(e + 4, phy);
-        put32(e + 12, time_diff);
-        put32(e + 16, prev);
-        put32(mm + slot_pos, count);
-        count++;
+        long long diff = h[BEGIN_TS] > 0 ? (stamp - h[BEGIN_TS]) / 1000 : 0;
+        diff = diff < 0 ? 0 : diff > INT32_MAX ? INT32_MAX : diff;
+        for (int i = 0; i < n; i++) {
+            long long slot_pos = INDEX_HEADER_SIZE + (hashes[i] % slots) * HASH_SLOT_SIZE;
+            long long prev = get32(mm + slot_pos);
+            if (prev <= INVALID_INDEX || prev > count) {
+                prev = INVALID_INDEX;
+                h[SLOT_COUNT]++;
+            }
+            unsigned char *e = mm + entries_at + count * INDEX_SIZE;
+            put32(e, hashes[i]);
+            put64(e + 4, phy);
+            put32(e + 12, diff);
+            put32(e + 16, prev);
+            put32(mm + slot_pos, count);
+            count++;
+        }
+        h[COUNT] = count;
+        h[END_TS] = stamp;
     }
+    h[END_PHY] = phy;
+    put64(mm, h[BEGIN_TS]);
+    put64(mm + 8, h[END_TS]);
+    put64(mm + 16, h[BEGIN_PHY]);
+    put64(mm + 24, h[END_PHY]);
+    put32(mm + 32, h[SLOT_COUNT]);
+    put32(mm + 36, h[COUNT]);
     PyBuffer_Release(&view);
-    result = Py_BuildValue("(LL)", count, taken);
-done:
-    if (hashes != hashes_small)
-        PyMem_Free(hashes);
-    return result;
+    return Py_BuildValue("(LLLLLL)", h[0], h[1], h[2], h[3], h[4], h[5]);
 }
 
 /* FsyncThread(notify_fd): one thread that syncs the files a request names, by path, without the GIL, then writes
@@ -428,8 +503,8 @@ static PyTypeObject FsyncThreadType = {
 static PyMethodDef methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
      "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
-    {"put_entries", (PyCFunction)(void (*)(void))index_put_entries, METH_FASTCALL,
-     "put_entries(mm, hash_slot_num, count, keys, phy_offset, time_diff) -> (count, slots_taken)."},
+    {"index_message", (PyCFunction)(void (*)(void))index_message, METH_FASTCALL,
+     "index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,6 +10,7 @@ killed with -9 leaves a file that agrees with its entries.
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import threading
@@ -32,6 +33,9 @@ _SLOT = struct.Struct(">i")
 _unpack_slot = _SLOT.unpack_from
 _pack_slot = _SLOT.pack_into
 _pack_entry = _ENTRY.pack_into
+_header_fields = operator.attrgetter(
+    "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count", "index_count"
+)
 _INT_MAX = 0x7FFFFFFF
 _MASK = 0xFFFFFFFF
 
@@ -82,14 +86,7 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
-        (
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        ) = _HEADER.unpack_from(mapped_file.mm, 0)
+        self.header = _HEADER.unpack_from(mapped_file.mm, 0)
         # A fresh file has 0 (entry 0 is reserved); a damaged one must not send lookups past the mapping.
         self.index_count = min(max(self.index_count, 1), index_num)
         self.dirty = False
@@ -137,23 +134,54 @@ class IndexFile:
         return self.mapped_file.path
 
     @property
-    def is_empty(self) -> bool:
-        """No entry yet."""
-        return self.index_count <= 1
+    def header(self) -> tuple[int, int, int, int, int, int]:
+        """The header's fields: (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount,
+        indexCount)."""
+        return _header_fields(self)
 
-    def write_header(self) -> None:
-        """Mirror the header attributes into the mapping."""
-        _HEADER.pack_into(
-            self.mapped_file.mm,
-            0,
+    @header.setter
+    def header(self, fields: tuple[int, ...]) -> None:
+        (
             self.begin_timestamp,
             self.end_timestamp,
             self.begin_phy_offset,
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        )
+        ) = fields
+
+    @property
+    def is_empty(self) -> bool:
+        """No entry yet."""
+        return self.index_count <= 1
+
+    def write_header(self) -> None:
+        """Mirror the header attributes into the mapping."""
+        _HEADER.pack_into(self.mapped_file.mm, 0, *self.header)
         self.dirty = True
+
+    def put_message(self, topic: str, properties: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Index the message at ``phy_offset`` under its UNIQ_KEY and KEYS in one call to the C store, header
+        included; False, with nothing written, where :meth:`put_keys` must (no C store, a key C cannot hash, more
+        keys than the file has room for)."""
+        c = _c_store
+        if c is None:
+            return False
+        header = c.index_message(
+            self.mapped_file.mm,
+            self.hash_slot_num,
+            self.index_num,
+            self.header,
+            topic,
+            properties,
+            phy_offset,
+            store_timestamp,
+        )
+        if header is NotImplemented:
+            return False
+        self.header = header
+        self.dirty = True
+        return True
 
     def put_keys(self, keys: list[str], phy_offset: int, store_timestamp: int) -> int:
         """Add an entry for each key of the message at ``phy_offset``; returns how many fit (all unless the
@@ -172,14 +200,7 @@ class IndexFile:
             begin = self.begin_timestamp
             time_diff = (store_timestamp - begin) // 1000 if begin > 0 else 0
             time_diff = 0 if time_diff < 0 else _INT_MAX if time_diff > _INT_MAX else time_diff
-            mm, slots = self.mapped_file.mm, self.hash_slot_num
-            c = _c_store
-            written = c.put_entries(mm, slots, count, keys, phy_offset, time_diff) if c else NotImplemented
-            if written is NotImplemented:
-                count = self._put_entries(keys, count, phy_offset, time_diff)
-            else:
-                count, taken = written
-                self.hash_slot_count += taken
+            count = self._put_entries(keys, count, phy_offset, time_diff)
             self.index_count = count
             self.end_timestamp = store_timestamp
         self.end_phy_offset = phy_offset

@@ -113,17 +113,14 @@ class IndexService:
         (already indexed) or a rollback record."""
         if phy_offset <= self.last_indexed_offset or sys_flag & 0xC == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
             return False
-        uniq_key = property_value(properties, _UNIQ_KEY)
-        keys = property_value(properties, _KEYS)
-        index_keys = [f"{topic}#{uniq_key}"] if uniq_key is not None else []
-        if keys is not None:
-            index_keys += [f"{topic}#{key}" for key in keys.split(MessageConst.KEY_SEPARATOR) if key]
         files = self.files
         f = files[-1] if files else self._create_file()
-        done = f.put_keys(index_keys, phy_offset, store_timestamp)
-        while done < len(index_keys):
-            f = self._create_file()  # the full file is synced by the next flush
-            done += f.put_keys(index_keys[done:], phy_offset, store_timestamp)
+        if not f.put_message(topic, properties, phy_offset, store_timestamp):
+            index_keys = message_index_keys(topic, properties)
+            done = f.put_keys(index_keys, phy_offset, store_timestamp)
+            while done < len(index_keys):
+                f = self._create_file()  # the full file is synced by the next flush
+                done += f.put_keys(index_keys[done:], phy_offset, store_timestamp)
         self.last_indexed_offset = phy_offset
         return True
 
@@ -209,3 +206,13 @@ class IndexService:
                 f.destroy()
             self.files = []
         self.last_indexed_offset = -1
+
+
+def message_index_keys(topic: str, properties: str) -> list[str]:
+    """The keys a message is indexed under: ``topic#UNIQ_KEY``, then ``topic#k`` for each word of its KEYS."""
+    uniq_key = property_value(properties, _UNIQ_KEY)
+    keys = property_value(properties, _KEYS)
+    index_keys = [f"{topic}#{uniq_key}"] if uniq_key is not None else []
+    if keys is not None:
+        index_keys += [f"{topic}#{key}" for key in keys.split(MessageConst.KEY_SEPARATOR) if key]
+    return index_keys

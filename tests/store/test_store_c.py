@@ -18,6 +18,7 @@ from gateway.remoting.message import record_size
 from gateway.store import commit_log, index_file
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.index_file import INDEX_HEADER_SIZE, IndexFile
+from gateway.store.index_service import message_index_keys
 from gateway.store.mapped_file import MappedFilePool
 
 C = index_file._c_store
@@ -35,26 +36,51 @@ def _state(f: IndexFile) -> tuple[Any, ...]:
     return header, f.index_count, bytes(f.mapped_file.mm)
 
 
+# Properties as a message carries them: UNIQ_KEY and KEYS among others, and look-alikes the C parser must skip.
+PROPERTY = st.tuples(
+    st.sampled_from(["UNIQ_KEY", "KEYS", "TAGS", "XKEYS", "KEYSX", "UNIQ_KEYS", ""]),
+    st.lists(KEYS.filter(lambda k: "\x01" not in k and "\x02" not in k), max_size=3).map(" ".join)
+    | st.sampled_from(["", " ", "a  b ", "KEYS\x01x"]),
+)
+TOPICS = st.sampled_from(["TopicA", "t", "é", "😀"])
+
+
+def _properties(props: list[tuple[str, str]]) -> str:
+    return "\x02".join(f"{name}\x01{value}" for name, value in props)
+
+
+def _index_in_python(f: IndexFile, topic: str, properties: str, phy: int, stamp: int) -> int:
+    """What build_index does without the C store, for one file with room (or the keys that fit)."""
+    index_file._c_store = None
+    try:
+        return f.put_keys(message_index_keys(topic, properties), phy, stamp)
+    finally:
+        index_file._c_store = C
+
+
 @needs_c
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    st.lists(st.lists(KEYS, max_size=4), max_size=14),
+    st.lists(st.tuples(TOPICS, st.lists(PROPERTY, max_size=4)), max_size=14),
     st.lists(st.integers(-2, ENTRIES + 2), min_size=SLOTS, max_size=SLOTS),
 )
-def test_put_keys_writes_what_python_writes(tmp_path: Path, messages: list[list[str]], slots: list[int]) -> None:
+def test_index_message_writes_what_python_writes(
+    tmp_path: Path, messages: list[tuple[str, list[tuple[str, str]]]], slots: list[int]
+) -> None:
     with_c, with_python = _file(tmp_path / "c"), _file(tmp_path / "py")
     try:
         for f in (with_c, with_python):  # slots as a torn write may leave them: pointing anywhere
             struct.pack_into(f">{SLOTS}i", f.mapped_file.mm, INDEX_HEADER_SIZE, *slots)
-        for i, keys in enumerate(messages):
+        for i, (topic, props) in enumerate(messages):
+            properties = _properties(props)
             phy, stamp = 1000 + 100 * i, 1_700_000_000_000 + 1500 * i
-            done_c = with_c.put_keys(list(keys), phy, stamp)
-            index_file._c_store = None
-            try:
-                done_py = with_python.put_keys(list(keys), phy, stamp)
-            finally:
-                index_file._c_store = C
-            assert done_c == done_py
+            expected = _index_in_python(with_python, topic, properties, phy, stamp)
+            keys = len(message_index_keys(topic, properties))
+            if with_c.put_message(topic, properties, phy, stamp):
+                assert expected == keys
+            else:  # more keys than room: only the ones that fit, as Python writes them
+                assert expected < keys
+                assert _index_in_python(with_c, topic, properties, phy, stamp) == expected
             assert _state(with_c) == _state(with_python)
     finally:
         with_c.mapped_file.destroy()
@@ -62,27 +88,33 @@ def test_put_keys_writes_what_python_writes(tmp_path: Path, messages: list[list[
 
 
 @needs_c
-def test_keys_python_cannot_hash_are_left_to_python(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("topic", "properties"), [("t", "KEYS\x01ok lone\ud800"), ("lone\udc00", "UNIQ_KEY\x01a")])
+def test_keys_c_cannot_hash_are_left_to_python(tmp_path: Path, topic: str, properties: str) -> None:
+    """A lone surrogate (the send path refuses such properties before the index sees them)."""
     f = _file(tmp_path / "c")
     try:
         before = _state(f)
-        assert C.put_entries(f.mapped_file.mm, SLOTS, 1, ["ok", "lone \ud800"], 10, 0) is NotImplemented
+        assert not f.put_message(topic, properties, 10, 1)
         assert _state(f) == before  # nothing written
         with pytest.raises(UnicodeEncodeError):
-            f.put_keys(["lone \ud800"], 10, 1)
+            _index_in_python(f, topic, properties, 10, 1)
     finally:
         f.mapped_file.destroy()
 
 
 @needs_c
-def test_entries_past_the_mapping_are_refused(tmp_path: Path) -> None:
+def test_index_entries_past_the_mapping_are_refused(tmp_path: Path) -> None:
     f = _file(tmp_path / "c")
     try:
-        assert C.put_entries(f.mapped_file.mm, SLOTS, ENTRIES - 1, ["a"], 10, 0) == (ENTRIES, 1)
+        mm = f.mapped_file.mm
+        header = (0, 0, 0, 0, 0, ENTRIES - 1)
+        props = "UNIQ_KEY\x01a"
+        assert C.index_message(mm, SLOTS, ENTRIES, header, "t", props, 10, 1)[-1] == ENTRIES
+        assert C.index_message(mm, SLOTS, ENTRIES, (0, 0, 0, 0, 0, ENTRIES), "t", props, 10, 1) is NotImplemented
+        with pytest.raises(ValueError):  # capacity larger than the mapping
+            C.index_message(mm, SLOTS, 10**6, (0, 0, 0, 0, 0, ENTRIES), "t", props, 10, 1)
         with pytest.raises(ValueError):
-            C.put_entries(f.mapped_file.mm, SLOTS, ENTRIES, ["a"], 10, 0)
-        with pytest.raises(ValueError):
-            C.put_entries(f.mapped_file.mm, 10**9, 1, ["a"], 10, 0)
+            C.index_message(mm, 10**9, ENTRIES, header, "t", props, 10, 1)
     finally:
         f.mapped_file.destroy()
 
