@@ -282,14 +282,19 @@ codec_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* RemotingCommand's attributes the encoder reads, interned once: a lookup by C string builds the name each time. */
+enum { A_CODE, A_LANGUAGE, A_VERSION, A_OPAQUE, A_FLAG, A_REMARK, A_EXT_FIELDS, N_ATTRS };
+static const char *const AttrNames[N_ATTRS] = {"code", "language", "version", "opaque", "flag", "remark", "ext_fields"};
+static PyObject *Attrs[N_ATTRS];
+
 /* An integer attribute within [lo, hi], or -1 with struct.error set, as struct.pack would refuse it. */
 static int
-int_attr(PyObject *cmd, const char *name, long long lo, long long hi, long long *out)
+int_attr(PyObject *cmd, int attr, long long lo, long long hi, long long *out)
 {
-    PyObject *v = PyObject_GetAttrString(cmd, name);
+    PyObject *v = PyObject_GetAttr(cmd, Attrs[attr]);
     if (v == NULL)
         return -1;
-    int rc = packable_int(v, lo, hi, StructError, name, out);
+    int rc = packable_int(v, lo, hi, StructError, AttrNames[attr], out);
     Py_DECREF(v);
     return rc;
 }
@@ -308,9 +313,9 @@ codec_encode_rocketmq_header(PyObject *self, PyObject *cmd)
     if (!ready())
         return NULL;
     long long code, version, opaque, flag, lang;
-    if (int_attr(cmd, "code", INT16_MIN, INT16_MAX, &code) < 0)
+    if (int_attr(cmd, A_CODE, INT16_MIN, INT16_MAX, &code) < 0)
         return NULL;
-    PyObject *language = PyObject_GetAttrString(cmd, "language");
+    PyObject *language = PyObject_GetAttr(cmd, Attrs[A_LANGUAGE]);
     if (language == NULL)
         return NULL;
     PyObject *lang_value = PyDict_GetItemWithError(LanguageValues, language);
@@ -323,15 +328,15 @@ codec_encode_rocketmq_header(PyObject *self, PyObject *cmd)
     lang = PyLong_AsLongLong(lang_value);
     if (lang == -1 && PyErr_Occurred())
         return NULL;
-    if (int_attr(cmd, "version", INT16_MIN, INT16_MAX, &version) < 0 ||
-        int_attr(cmd, "opaque", INT32_MIN, INT32_MAX, &opaque) < 0 ||
-        int_attr(cmd, "flag", INT32_MIN, INT32_MAX, &flag) < 0)
+    if (int_attr(cmd, A_VERSION, INT16_MIN, INT16_MAX, &version) < 0 ||
+        int_attr(cmd, A_OPAQUE, INT32_MIN, INT32_MAX, &opaque) < 0 ||
+        int_attr(cmd, A_FLAG, INT32_MIN, INT32_MAX, &flag) < 0)
         return NULL;
 
-    PyObject *remark = PyObject_GetAttrString(cmd, "remark");
+    PyObject *remark = PyObject_GetAttr(cmd, Attrs[A_REMARK]);
     if (remark == NULL)
         return NULL;
-    PyObject *ext = PyObject_GetAttrString(cmd, "ext_fields");
+    PyObject *ext = PyObject_GetAttr(cmd, Attrs[A_EXT_FIELDS]);
     if (ext == NULL) {
         Py_DECREF(remark);
         return NULL;
@@ -630,5 +635,8 @@ PyInit__codec(void)
     BodyName = PyUnicode_InternFromString("body");
     if (EmptyBytes == NULL || BodyName == NULL)
         return NULL;
+    for (int i = 0; i < N_ATTRS; i++)
+        if ((Attrs[i] = PyUnicode_InternFromString(AttrNames[i])) == NULL)
+            return NULL;
     return PyModule_Create(&module);
 }

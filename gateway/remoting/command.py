@@ -62,14 +62,17 @@ class RemotingCommand:
         body: bytes = b"",
     ) -> RemotingCommand:
         """The response to this request: same opaque and header encoding, response flag set."""
+        # Positional: keywords cost a response ~0.3 us (the order is the fields' above).
         return RemotingCommand(
-            code=int(code),
-            opaque=self.opaque,
-            flag=RPC_TYPE_RESPONSE,
-            remark=remark,
-            ext_fields=ext_fields,
-            body=body,
-            serialize_type=self.serialize_type,
+            int(code),
+            self.opaque,
+            RPC_TYPE_RESPONSE,
+            "JAVA",
+            SERVER_VERSION,
+            remark,
+            ext_fields,
+            body,
+            self.serialize_type,
         )
 
     def ext(self, key: str, default: str | None = None) -> str | None:

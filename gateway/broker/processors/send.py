@@ -222,19 +222,21 @@ class SendMessageProcessor:
         if not (
             "DELAY\x01" in raw or "TIMER_" in raw or "TRAN_MSG\x01" in raw or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
-            # The common case: no delay, timer or transaction, not a retry; the properties stay a string.
+            # The common case: no delay, timer or transaction, not a retry; the properties stay a string. The
+            # arguments are positional (keywords cost a send ~0.5 us): topic, queue_id, flag, body, properties,
+            # tags_code, sys_flag, born_timestamp, born_host, store_host, reconsume_times.
             msg = MessageExtBrokerInner(
-                topic=topic,
-                queue_id=self.queue_id(header),
-                flag=header.flag,
-                body=request.body,
-                properties=store_properties(raw, broker.config.brokerClusterName),
-                tags_code=tags_code(property_value(raw, _TAGS)),
-                sys_flag=self._base_sys_flag(header),
-                born_timestamp=header.born_timestamp,
-                born_host=broker.born_host(channel),
-                store_host=broker.store_host,
-                reconsume_times=header.reconsume_times or 0,
+                topic,
+                self.queue_id(header),
+                header.flag,
+                request.body,
+                store_properties(raw, broker.config.brokerClusterName),
+                tags_code(property_value(raw, _TAGS)),
+                self._base_sys_flag(header),
+                header.born_timestamp,
+                broker.born_host(channel),
+                broker.store_host,
+                header.reconsume_times or 0,
             )
             return self._respond(request, broker.store.put_message(msg), topic, msg.queue_id, ext, raw)
         props = string_to_properties(raw)
