@@ -133,8 +133,8 @@ class SendMessageProcessor:
         """msgCheck: broker permission, topic name, topic existence (auto-create), queue id range."""
         broker = self.broker
         cfg = broker.config
-        now = int(time.time() * 1000)
-        if now < cfg.startAcceptSendRequestTimeStamp:
+        start_accept = cfg.startAcceptSendRequestTimeStamp
+        if start_accept and int(time.time() * 1000) < start_accept:
             return ResponseCode.SYSTEM_ERROR, f"broker unable to service, until {cfg.startAcceptSendRequestTimeStamp}"
         if broker.put_refused is not None and wait_store_msg_ok(header.properties):
             refused = broker.put_refused()
