@@ -607,6 +607,74 @@ codec_setup(PyObject *self, PyObject *args, PyObject *kwargs)
     Py_RETURN_NONE;
 }
 
+/* Whether p[0:n] starts with the property name and 0x01 in `name_sep` (m chars). */
+static int
+starts_with(const char *p, Py_ssize_t n, const char *name_sep, Py_ssize_t m)
+{
+    return n >= m && memcmp(p, name_sep, m) == 0;
+}
+
+/* send_properties(properties, cluster) -> (stored properties, tags code) or NotImplemented: message.py's
+ * store_properties (every WAIT property dropped, CLUSTER added) and tags_code of the TAGS property, in one pass
+ * over the encoded properties. NotImplemented for what Python takes: text that is not ASCII, a CLUSTER the client
+ * sent. */
+static PyObject *
+codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "send_properties(properties: str, cluster: str)");
+        return NULL;
+    }
+    PyObject *props = args[0], *cluster = args[1];
+    if (!PyUnicode_IS_ASCII(props) || !PyUnicode_IS_ASCII(cluster))
+        Py_RETURN_NOTIMPLEMENTED;
+    static const char CLUSTER[] = "CLUSTER\x01", WAIT[] = "WAIT\x01", TAGS[] = "TAGS\x01";
+    const Py_ssize_t cluster_len = sizeof(CLUSTER) - 1, wait_len = sizeof(WAIT) - 1, tags_len = sizeof(TAGS) - 1;
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(props);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(props), cn = PyUnicode_GET_LENGTH(cluster);
+    for (const char *c = p; (c = memchr(c, 'C', n - (c - p))) != NULL; c++)
+        if (starts_with(c, n - (c - p), CLUSTER, cluster_len))
+            Py_RETURN_NOTIMPLEMENTED;
+    /* Properties are 0x02-separated; a WAIT one is dropped with the separator after it (the last one's separator
+     * before it stays), and CLUSTER follows what is left behind a separator, unless that ends with one. */
+    uint32_t tags = 0;
+    int tags_seen = 0;
+    Py_ssize_t size = 0;
+    for (Py_ssize_t s = 0;;) {
+        const char *sep = memchr(p + s, 2, n - s);
+        Py_ssize_t e = sep ? sep - p : n;
+        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s))
+            size += e - s + 1;
+        if (!tags_seen && starts_with(p + s, e - s, TAGS, tags_len)) {
+            tags_seen = 1;
+            for (Py_ssize_t i = s + tags_len; i < e; i++)
+                tags = 31 * tags + (unsigned char)p[i];
+        }
+        if (!sep)
+            break;
+        s = e + 1;
+    }
+    PyObject *stored = PyUnicode_New(size + cluster_len + cn, 127);
+    if (stored == NULL)
+        return NULL;
+    char *out = (char *)PyUnicode_1BYTE_DATA(stored);
+    for (Py_ssize_t s = 0;;) {
+        const char *sep = memchr(p + s, 2, n - s);
+        Py_ssize_t e = sep ? sep - p : n;
+        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s)) {
+            memcpy(out, p + s, e - s);
+            out += e - s;
+            *out++ = 2;
+        }
+        if (!sep)
+            break;
+        s = e + 1;
+    }
+    memcpy(out, CLUSTER, cluster_len);
+    memcpy(out + cluster_len, PyUnicode_1BYTE_DATA(cluster), cn);
+    return Py_BuildValue("(Ni)", stored, (int32_t)tags);
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))codec_setup, METH_VARARGS | METH_KEYWORDS,
      "setup(...): the classes and tables of gateway.remoting.codec this module builds and raises."},
@@ -620,6 +688,8 @@ static PyMethodDef methods[] = {
      "setup_headers(...): what gateway.remoting.headers' decoders raise and call."},
     {"decode_fields", (PyCFunction)(void (*)(void))codec_decode_fields, METH_FASTCALL,
      "decode_fields(ext, spec) -> tuple of a header's field values, or NotImplemented."},
+    {"send_properties", (PyCFunction)(void (*)(void))codec_send_properties, METH_FASTCALL,
+     "send_properties(properties, cluster) -> (stored properties, tags code), or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,9 +12,13 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from .codec import accelerator
+
 # Property separators (MessageDecoder.NAME_VALUE_SEPARATOR / PROPERTY_SEPARATOR).
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+
+_TAGS_SEP = "TAGS" + NAME_VALUE_SEPARATOR
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, record layout v1
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-segment filler
@@ -145,6 +149,17 @@ def store_properties(properties: str, cluster: str) -> str:
         return properties_to_string(props)
     sep = PROPERTY_SEPARATOR if properties and not properties.endswith(PROPERTY_SEPARATOR) else ""
     return f"{properties}{sep}{MessageConst.CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}"
+
+
+def send_properties(properties: str, cluster: str) -> tuple[str, int]:
+    """A single send's stored properties (:func:`store_properties`) and its tags code (``tags_code`` of TAGS), in
+    one pass by the C codec where it is built; Python takes what C leaves to it (non-ASCII text, a client-sent
+    CLUSTER)."""
+    if _c_send_properties is not None:
+        done = _c_send_properties(properties, cluster)
+        if done is not NotImplemented:
+            return done  # type: ignore[no-any-return]
+    return store_properties(properties, cluster), tags_code(property_value(properties, _TAGS_SEP))
 
 
 def java_string_hash(s: str) -> int:
@@ -488,3 +503,7 @@ def encode_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
         parts.append(_H.pack(len(pb)))
         parts.append(pb)
     return b"".join(parts)
+
+
+_c_codec = accelerator()
+_c_send_properties = _c_codec.send_properties if _c_codec is not None else None

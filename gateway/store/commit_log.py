@@ -36,6 +36,8 @@ MIN_RECORD_SIZE = record_size(0, 0, 0)
 
 _TRAN_MASK = 0xC
 _HOST_V6_FLAGS = MessageSysFlag.BORNHOST_V6_FLAG | MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
+# Enum members as module globals: reading one through its class costs ~0.13 us (Python 3.11).
+_PUT_OK = PutMessageStatus.PUT_OK
 _NOT_DISPATCHED = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 
 _II = struct.Struct(">ii")
@@ -197,7 +199,7 @@ class CommitLog:
         if store_len == 20:
             sys_flag |= MessageSysFlag.STOREHOSTADDRESS_V6_FLAG
         size = record_size(body_len, len(topic), len(props), born_len, store_len)
-        return PutMessageStatus.PUT_OK, topic, props, sys_flag, size
+        return _PUT_OK, topic, props, sys_flag, size
 
     def _reserve(self, size: int) -> tuple[MappedFile, int]:
         """Segment and in-segment position for ``size`` bytes, padding the current segment if they do not fit."""
@@ -222,7 +224,7 @@ class CommitLog:
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """Append one record, assign its queue offset and dispatch it."""
         status, topic, props, sys_flag, size = self._check(msg)
-        if status is not PutMessageStatus.PUT_OK:
+        if status is not _PUT_OK:
             return PutMessageResult(status)
         if size + END_FILE_MIN_BLANK_LENGTH > self.queue.mapped_file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
@@ -245,7 +247,7 @@ class CommitLog:
             msg.topic, msg.queue_id, phy, size, msg.tags_code, queue_offset, store_timestamp, sys_flag, msg.properties
         )
         return PutMessageResult(
-            PutMessageStatus.PUT_OK,
+            _PUT_OK,
             AppendMessageResult(
                 phy, size, create_offset_message_id(msg.store_host, phy), store_timestamp, queue_offset
             ),
@@ -263,7 +265,7 @@ class CommitLog:
             if msg.topic != first.topic or msg.queue_id != first.queue_id or msg.sys_flag & _TRAN_MASK:
                 return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
             status, topic, props, sys_flag, size = self._check(msg)
-            if status is not PutMessageStatus.PUT_OK:
+            if status is not _PUT_OK:
                 return PutMessageResult(status)
             checked.append((msg, props, sys_flag, size))
             total += size
@@ -305,7 +307,7 @@ class CommitLog:
             msg_ids.append(create_offset_message_id(msg.store_host, phy))
             phy += size
         return PutMessageResult(
-            PutMessageStatus.PUT_OK,
+            _PUT_OK,
             AppendMessageResult(wrote_offset, total, ",".join(msg_ids), store_timestamp, first_queue_offset, len(msgs)),
         )
 

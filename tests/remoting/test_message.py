@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway.remoting import message
 from gateway.remoting.codec import FrameDecoder
 from gateway.remoting.headers import SendMessageRequestHeader
 from gateway.remoting.message import (
@@ -27,7 +28,9 @@ from gateway.remoting.message import (
     java_string_hash,
     pack_host,
     properties_to_string,
+    property_value,
     record_size,
+    send_properties,
     store_properties,
     string_to_properties,
     tags_code,
@@ -479,3 +482,19 @@ def test_store_properties_equals_javas_map_round_trip(props: dict[str, str]) -> 
     expected.pop("WAIT", None)
     expected["CLUSTER"] = "DefaultCluster"
     assert string_to_properties(store_properties(raw, "DefaultCluster")) == expected
+
+
+_PROPERTY_PIECES = st.sampled_from(["WAIT\x01", "TAGS\x01", "CLUSTER\x01", "\x01", "\x02", "true", "T", "é", "TagA"])
+
+
+@pytest.mark.skipif(message._c_send_properties is None, reason="the C codec was not built")
+@given(st.lists(_PROPERTY_PIECES, max_size=10).map("".join), st.sampled_from(["DefaultCluster", "", "集群"]))
+def test_send_properties_in_c_is_the_python_shortcut_exactly(raw: str, cluster: str) -> None:
+    """The same string (not only the same map) and tags code as store_properties and tags_code, or Python's turn."""
+    expected = (store_properties(raw, cluster), tags_code(property_value(raw, "TAGS\x01")))
+    done = message._c_send_properties(raw, cluster)
+    if done is NotImplemented:  # left to Python: text that is not ASCII, a CLUSTER the client sent
+        assert not (raw + cluster).isascii() or "CLUSTER\x01" in raw
+    else:
+        assert done == expected
+    assert send_properties(raw, cluster) == expected

@@ -24,7 +24,7 @@ from gateway.remoting.message import (
     decode_batch,
     properties_to_string,
     property_value,
-    store_properties,
+    send_properties,
     string_to_properties,
     tags_code,
 )
@@ -51,11 +51,13 @@ DLQ_NUMS_PER_GROUP = 1
 # TopicSysFlag: the retry topic of a unit-mode group "has unit subscription".
 _UNIT_SUB_FLAG = 0x2
 _RW = PermName.PERM_READ | PermName.PERM_WRITE
-_TAGS = MessageConst.TAGS + "\x01"
 _WAIT = MessageConst.WAIT_STORE_MSG_OK + "\x01"
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
 # PutMessageStatus → (response code, remark)
+# Enum members as module globals: reading one through its class costs ~0.13 us (Python 3.11).
+_PUT_OK = PutMessageStatus.PUT_OK
+_SUCCESS = ResponseCode.SUCCESS
 _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
@@ -222,16 +224,17 @@ class SendMessageProcessor:
         if not (
             "DELAY\x01" in raw or "TIMER_" in raw or "TRAN_MSG\x01" in raw or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
-            # The common case: no delay, timer or transaction, not a retry; the properties stay a string. The
-            # arguments are positional (keywords cost a send ~0.5 us): topic, queue_id, flag, body, properties,
-            # tags_code, sys_flag, born_timestamp, born_host, store_host, reconsume_times.
+            # The common case: no delay, timer or transaction, not a retry; the properties stay a string.
+            properties, tags = send_properties(raw, broker.config.brokerClusterName)
+            # Positional (keywords cost a send ~0.5 us): topic, queue_id, flag, body, properties, tags_code,
+            # sys_flag, born_timestamp, born_host, store_host, reconsume_times.
             msg = MessageExtBrokerInner(
                 topic,
                 self.queue_id(header),
                 header.flag,
                 request.body,
-                store_properties(raw, broker.config.brokerClusterName),
-                tags_code(property_value(raw, _TAGS)),
+                properties,
+                tags,
                 self._base_sys_flag(header),
                 header.born_timestamp,
                 broker.born_host(channel),
@@ -382,17 +385,16 @@ class SendMessageProcessor:
         ext: dict[str, str],
         properties: str | None,
     ) -> RemotingCommand | Deferred[Any]:
-        code, remark = _status_code(result.status)
-        if code != ResponseCode.SUCCESS or result.append is None:
-            return request.response(code, remark, ext)
         append = result.append
+        if result.status is not _PUT_OK or append is None:
+            return request.response(*_status_code(result.status), ext)
         self.broker.message_counts.put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(append.logics_offset)
         wait = self.broker.put_waiter
         if wait is None or not wait_store_msg_ok(properties):
-            return request.response(ResponseCode.SUCCESS, None, ext)
+            return request.response(_SUCCESS, None, ext)
         # SYNC_FLUSH / SYNC_MASTER: answer once the bytes are on disk / on a slave. A timeout still reports
         # the message stored (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE), remark null.
         d = wait(append.wrote_offset + append.wrote_bytes)
