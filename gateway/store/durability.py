@@ -27,17 +27,13 @@ def put_waiter(flush: FlushService | None, replica: HAService | None) -> PutWait
 
     def flushed(end: int) -> defer.Deferred[PutMessageStatus]:
         assert flush is not None
-        return flush.wait_for_flush(end).addCallback(
-            lambda ok: PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_DISK_TIMEOUT
-        )
+        return flush.wait_for_flush(end, PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
     def replicated(end: int) -> defer.Deferred[PutMessageStatus]:
         assert replica is not None
         if not replica.is_slave_ok(end):
             return defer.succeed(PutMessageStatus.SLAVE_NOT_AVAILABLE)
-        return replica.wait_for_replica(end).addCallback(
-            lambda ok: PutMessageStatus.PUT_OK if ok else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        )
+        return replica.wait_for_replica(end, PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
 
     if replica is None:
         return flushed

@@ -239,13 +239,14 @@ class FlushService:
         self._commit_d = None
         log.error("commitlog flush failed: %s", failure.getTraceback())
 
-    def wait_for_flush(self, offset: int) -> defer.Deferred[bool]:
-        """Fires True once commitlog data up to ``offset`` is durable, False after ``syncFlushTimeout``."""
+    def wait_for_flush(self, offset: int, flushed: Any = True, timed_out: Any = False) -> defer.Deferred[Any]:
+        """Fires ``flushed`` once commitlog data up to ``offset`` is durable, ``timed_out`` after
+        ``syncFlushTimeout`` (True and False unless the caller names its own values)."""
         if self.store.flushed_where >= offset:
-            return defer.succeed(True)
+            return defer.succeed(flushed)
         if not self.running:
-            return defer.succeed(False)
-        d = self._waiters.wait(offset, self.config.syncFlushTimeout / 1000)
+            return defer.succeed(timed_out)
+        d = self._waiters.wait(offset, self.config.syncFlushTimeout / 1000, flushed, timed_out)
         if self._commit_d is None and self._next_round is None:
             # The round starts at the end of this reactor turn: its fsync then covers every send the turn appends.
             self._next_round = self.reactor.callLater(0, self._start_round)

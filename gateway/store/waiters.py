@@ -14,23 +14,25 @@ from twisted.internet import defer
 
 
 class OffsetWaiters:
-    """Deferreds that fire True once ``release`` reaches their offset, False at their deadline."""
+    """Deferreds that fire True once ``release`` reaches their offset, False at their deadline (or the values each
+    waiter names instead: a send's final status, with no callback to map it)."""
 
     __slots__ = ("_clock", "_timer", "_waiters")
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
-        # (offset, deadline, deferred) in arrival order; with one timeout, deadlines ascend too.
-        self._waiters: deque[tuple[int, float, defer.Deferred[bool]]] = deque()
+        # (offset, deadline, deferred, value if reached, value if expired) in arrival order; with one timeout,
+        # deadlines ascend too.
+        self._waiters: deque[tuple[int, float, defer.Deferred[Any], Any, Any]] = deque()
         self._timer: Any = None
 
     def __bool__(self) -> bool:
         return bool(self._waiters)
 
-    def wait(self, offset: int, timeout: float) -> defer.Deferred[bool]:
-        """A Deferred for ``offset``: True once released up to it, False after ``timeout`` seconds."""
-        d: defer.Deferred[bool] = defer.Deferred()
-        self._waiters.append((offset, self._clock.seconds() + timeout, d))
+    def wait(self, offset: int, timeout: float, reached: Any = True, expired: Any = False) -> defer.Deferred[Any]:
+        """A Deferred for ``offset``: ``reached`` once released up to it, ``expired`` after ``timeout`` seconds."""
+        d: defer.Deferred[Any] = defer.Deferred()
+        self._waiters.append((offset, self._clock.seconds() + timeout, d, reached, expired))
         if self._timer is None:
             self._timer = self._clock.callLater(timeout, self.expire)
         return d
@@ -47,11 +49,11 @@ class OffsetWaiters:
         if not self._waiters and self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for _, _, d in done:  # fired last: a callback may add a new waiter
-            d.callback(True)
+        for _, _, d, value, _ in done:  # fired last: a callback may add a new waiter
+            d.callback(value)
 
     def expire(self, everything: bool = False) -> None:
-        """Answer False to the waiters past their deadline (all of them with ``everything``)."""
+        """Answer the waiters past their deadline (all of them with ``everything``) with their ``expired`` value."""
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
@@ -61,5 +63,5 @@ class OffsetWaiters:
             expired.append(self._waiters.popleft())
         if self._waiters:
             self._timer = self._clock.callLater(max(self._waiters[0][1] - now, 0), self.expire)
-        for _, _, d in expired:
-            d.callback(False)
+        for _, _, d, _, value in expired:
+            d.callback(value)

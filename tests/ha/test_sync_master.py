@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import pytest_twisted
@@ -107,6 +108,17 @@ def test_offset_waiters_release_and_expire_in_order() -> None:
     assert got[-1] == (30, False) and not waiters and not clock.getDelayedCalls()
 
 
+def test_offset_waiters_answer_with_the_values_each_waiter_names() -> None:
+    clock = task.Clock()
+    waiters = OffsetWaiters(clock)
+    got: list[str] = []
+    waiters.wait(10, 1.0, "stored", "late").addCallback(got.append)
+    waiters.wait(20, 1.0, "stored", "late").addCallback(got.append)
+    waiters.release(15)
+    clock.advance(1.0)
+    assert got == ["stored", "late"]
+
+
 class _Replica:
     def __init__(self, slave_ok: bool, acked: bool) -> None:
         self.slave_ok, self.acked = slave_ok, acked
@@ -114,16 +126,16 @@ class _Replica:
     def is_slave_ok(self, _end: int) -> bool:
         return self.slave_ok
 
-    def wait_for_replica(self, _end: int) -> Deferred[bool]:
-        return succeed(self.acked)
+    def wait_for_replica(self, _end: int, replicated: Any, timed_out: Any) -> Deferred[Any]:
+        return succeed(replicated if self.acked else timed_out)
 
 
 class _Flush:
     def __init__(self, flushed: bool) -> None:
         self.flushed = flushed
 
-    def wait_for_flush(self, _end: int) -> Deferred[bool]:
-        return succeed(self.flushed)
+    def wait_for_flush(self, _end: int, flushed: Any, timed_out: Any) -> Deferred[Any]:
+        return succeed(flushed if self.flushed else timed_out)
 
 
 @pytest.mark.parametrize(

@@ -244,14 +244,15 @@ class HAService(Factory):
             bool(self.connections) and master_put_where - self.push_to_slave_max_offset < self.config.haMaxGapNotInSync
         )
 
-    def wait_for_replica(self, offset: int) -> Deferred[bool]:
-        """True once a slave reports ``offset``, False after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT)."""
+    def wait_for_replica(self, offset: int, replicated: Any = True, timed_out: Any = False) -> Deferred[Any]:
+        """``replicated`` once a slave reports ``offset``, ``timed_out`` after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT);
+        True and False unless the caller names its own values."""
         if self.acknowledged_offset() >= offset:
-            return succeed(True)
+            return succeed(replicated)
         if self.port is None:
-            return succeed(False)
+            return succeed(timed_out)
         # The append that made ``offset`` already woke the transfer (wakeup).
-        return self._replica_waiters.wait(offset, self.config.slaveTimeout / 1000)
+        return self._replica_waiters.wait(offset, self.config.slaveTimeout / 1000, replicated, timed_out)
 
     def runtime_info(self) -> dict[str, Any]:
         """A master's HARuntimeInfo (mqadmin haStatus): each slave's acknowledged offset, gap and rate."""
