@@ -68,7 +68,8 @@ class Pair:
             **settings,
         }
         self.master = self._broker("master", {**common, "brokerRole": role, "brokerId": "0"})
-        until(lambda: self._config(self.master).get("haListenPort"), 30, "the master")
+        # A JVM on a busy VM (Apache's master in the compat tests) can take over 30 s to answer, as a slave can.
+        until(lambda: self._config(self.master).get("haListenPort"), 60, "the master")
         # The slave learns its master's address from its own registration's reply (again only 30 s later):
         # the master must be registered first.
         until(self._master_registered, 30, "the master registered with the NameServer")
@@ -78,7 +79,7 @@ class Pair:
         self.slave = self._broker(
             "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": ha_addr}
         )
-        until(lambda: self._config(self.slave), 60, "the slave")  # a JVM on a busy VM: 30 s was short
+        until(lambda: self._config(self.slave), 60, "the slave")
         if self.apache != "master":  # a SYNC_MASTER answers SLAVE_NOT_AVAILABLE until the slave is on its HA port
             until(self._slave_linked, 60, "the slave on the master's HA port")
         self.create_topic(TOPIC)
