@@ -32,7 +32,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.apache_broker import BROKER_STARTUP, NAMESRV_STARTUP, OPENS, apache_java_argv
-from compat_tests.servers import GatewayServers, free_port, jdk_tool
+from compat_tests.servers import GatewayServers, free_broker_port, free_port, jdk_tool
 
 from . import rss, throughput
 from .wire import QueueRef, SendFrameBuilder, SetupError, ensure_topic, max_offset
@@ -102,28 +101,9 @@ def apache_classpath(home: Path) -> str:
     return os.pathsep.join(str(j) for j in jars)
 
 
-def apache_broker_port() -> int:
-    """A free port whose neighbours are free too: Apache's broker also listens on port - 2 (its VIP channel) and
-    port + 1 (HA), and exits when either is taken."""
-    for _ in range(100):
-        port = free_port()
-        if port - 2 > 1024 and port + 1 < 65536 and all(_bindable(p) for p in (port - 2, port + 1)):
-            return port
-    raise SetupError("no free port with free neighbours")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("0.0.0.0", port))  # Apache binds every interface
-        except OSError:
-            return False
-    return True
-
-
 def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str) -> Pair:
     """Apache's NamesrvStartup and BrokerStartup from ``home`` with stores and logs under ``root``."""
-    ns_port, broker_port = free_port(), apache_broker_port()
+    ns_port, broker_port = free_port(), free_broker_port()
     (root / "namesrv.properties").write_text(f"listenPort={ns_port}\nkvConfigPath={root / 'kv.json'}\n")
     lines = {
         "brokerClusterName": "DefaultCluster",

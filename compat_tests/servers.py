@@ -53,6 +53,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_broker_port() -> int:
+    """A free port for a broker's ``listenPort`` whose neighbours are free too: a broker (ours as Apache's) also
+    listens on port - 2 (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. Ephemeral ports
+    of live connections are handed out side by side, so a bare free port often has a taken neighbour."""
+    for _ in range(100):
+        port = free_port()
+        if port - 2 > 1024 and port + 1 < 65536 and all(_bindable(p) for p in (port - 2, port + 1)):
+            return port
+    raise OSError("no free port with free neighbours")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # Apache binds every interface
+        except OSError:
+            return False
+    return True
+
+
 def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> RemotingCommand:
     """UPDATE_AND_CREATE_TOPIC of a read-write topic with ``queues`` read and write queues (mqadmin updateTopic)."""
     header = CreateTopicRequestHeader(

@@ -20,7 +20,7 @@ from tests.ha.procs import Proc, until, write_properties
 
 from .apache_broker import CLASSPATH as APACHE_CLASSPATH
 from .apache_broker import LOGBACK, NAMESRV_STARTUP, apache_broker_argv, apache_java_argv
-from .servers import GatewayServers, call, free_port, jdk_tool
+from .servers import GatewayServers, call, free_broker_port, free_port, jdk_tool
 
 MQADMIN_CLASSPATH = os.environ.get("ROCKETMQ_MQADMIN_CLASSPATH", "").strip()
 if not MQADMIN_CLASSPATH:
@@ -121,7 +121,7 @@ def apache(tmp_path: Path) -> Iterator[Cluster]:
     home = root / "home"
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "logback_namesrv.xml").write_text(LOGBACK)
-    namesrv_port, broker_port = free_port(), free_port()
+    namesrv_port, broker_port = free_port(), free_broker_port()
     namesrv_conf = write_properties(root / "namesrv.properties", {"listenPort": str(namesrv_port)})
     namesrv = Proc(
         "",
