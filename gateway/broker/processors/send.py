@@ -54,10 +54,10 @@ _RW = PermName.PERM_READ | PermName.PERM_WRITE
 _WAIT = MessageConst.WAIT_STORE_MSG_OK + "\x01"
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
-# PutMessageStatus → (response code, remark)
 # Enum members as module globals: reading one through its class costs ~0.13 us (Python 3.11).
 _PUT_OK = PutMessageStatus.PUT_OK
 _SUCCESS = ResponseCode.SUCCESS
+# PutMessageStatus → (response code, remark)
 _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
