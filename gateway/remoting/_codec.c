@@ -636,15 +636,22 @@ codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (starts_with(c, n - (c - p), CLUSTER, cluster_len))
             Py_RETURN_NOTIMPLEMENTED;
     /* Properties are 0x02-separated; a WAIT one is dropped with the separator after it (the last one's separator
-     * before it stays), and CLUSTER follows what is left behind a separator, unless that ends with one. */
+     * before it stays), and CLUSTER follows what is left behind a separator, unless that ends with one. Written
+     * into room for everything, then cut to what was kept. */
+    PyObject *stored = PyUnicode_New(n + 1 + cluster_len + cn, 127);
+    if (stored == NULL)
+        return NULL;
+    char *out = (char *)PyUnicode_1BYTE_DATA(stored);
     uint32_t tags = 0;
     int tags_seen = 0;
-    Py_ssize_t size = 0;
     for (Py_ssize_t s = 0;;) {
         const char *sep = memchr(p + s, 2, n - s);
         Py_ssize_t e = sep ? sep - p : n;
-        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s))
-            size += e - s + 1;
+        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s)) {
+            memcpy(out, p + s, e - s);
+            out += e - s;
+            *out++ = 2;
+        }
         if (!tags_seen && starts_with(p + s, e - s, TAGS, tags_len)) {
             tags_seen = 1;
             for (Py_ssize_t i = s + tags_len; i < e; i++)
@@ -654,24 +661,11 @@ codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         s = e + 1;
     }
-    PyObject *stored = PyUnicode_New(size + cluster_len + cn, 127);
-    if (stored == NULL)
-        return NULL;
-    char *out = (char *)PyUnicode_1BYTE_DATA(stored);
-    for (Py_ssize_t s = 0;;) {
-        const char *sep = memchr(p + s, 2, n - s);
-        Py_ssize_t e = sep ? sep - p : n;
-        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s)) {
-            memcpy(out, p + s, e - s);
-            out += e - s;
-            *out++ = 2;
-        }
-        if (!sep)
-            break;
-        s = e + 1;
-    }
     memcpy(out, CLUSTER, cluster_len);
     memcpy(out + cluster_len, PyUnicode_1BYTE_DATA(cluster), cn);
+    Py_ssize_t length = out + cluster_len + cn - (char *)PyUnicode_1BYTE_DATA(stored);
+    if (PyUnicode_Resize(&stored, length) < 0)
+        return NULL;
     return Py_BuildValue("(Ni)", stored, (int32_t)tags);
 }
 

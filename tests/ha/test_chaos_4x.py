@@ -68,8 +68,7 @@ class Pair:
             **settings,
         }
         self.master = self._broker("master", {**common, "brokerRole": role, "brokerId": "0"})
-        # A JVM on a busy VM (Apache's master in the compat tests) can take over 30 s to answer, as a slave can.
-        until(lambda: self._config(self.master).get("haListenPort"), 60, "the master")
+        until(lambda: self._config(self.master).get("haListenPort"), 30, "the master")
         # The slave learns its master's address from its own registration's reply (again only 30 s later):
         # the master must be registered first.
         until(self._master_registered, 30, "the master registered with the NameServer")
