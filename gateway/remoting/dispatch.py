@@ -1,7 +1,7 @@
 """Request dispatch: request code → processor, hooks that see every request first, channel listeners.
 
-A processor is ``handler(channel, request) -> RemotingCommand | Deferred | None``; ``None`` means
-no response (oneway, or a response sent later by the processor itself, as long polling does).
+A processor is ``handler(channel, request) -> RemotingCommand | LaterResponse | Deferred | None``; ``None``
+means no response (oneway, or a response sent later by the processor itself, as long polling does).
 """
 
 from __future__ import annotations
@@ -24,11 +24,32 @@ from .rpc_latency import UNKNOWN_CODE, Histograms
 if TYPE_CHECKING:
     from .protocol import RemotingProtocol
 
-Handler = Callable[["RemotingProtocol", RemotingCommand], "RemotingCommand | Deferred[Any] | None"]
+Handler = Callable[["RemotingProtocol", RemotingCommand], "RemotingCommand | LaterResponse | Deferred[Any] | None"]
 # A hook returns a response to answer the request without dispatching it (e.g. an ACL denial).
 Hook = Callable[["RemotingProtocol", RemotingCommand], "RemotingCommand | None"]
 
 log = Logger()
+
+
+class LaterResponse:
+    """A response a processor gives later, lighter than a Deferred (a SYNC_FLUSH send waits with one): the
+    processor returns it and calls ``answer`` once, after the dispatcher has taken it."""
+
+    __slots__ = ("_deliver",)
+
+    def __init__(self) -> None:
+        self._deliver: Callable[[RemotingCommand], object] | None = None
+
+    def answer(self, response: RemotingCommand) -> None:
+        """The response is ready: write it (or fire the Deferred ``deferred`` gave)."""
+        assert self._deliver is not None, "answered before the dispatcher took it"
+        self._deliver(response)
+
+    def deferred(self) -> Deferred[RemotingCommand]:
+        """This response as a Deferred, for code that chains it; return that instead."""
+        d: Deferred[RemotingCommand] = Deferred()
+        self._deliver = d.callback
+        return d
 
 
 class RequestDispatcher:
@@ -105,12 +126,16 @@ class RequestDispatcher:
         if response is None:
             return
         # Deferred is an ABC (Awaitable): isinstance() against it costs a send ~1 us, a type() check nothing.
-        if type(response) is not RemotingCommand and isinstance(response, Deferred):
-            response.addCallbacks(
-                lambda r: self._respond(channel, request, r, start),
-                lambda f: self._failed(channel, request, f, start),
-            )
-            return
+        if type(response) is not RemotingCommand:
+            if type(response) is LaterResponse:
+                response._deliver = lambda r: self._respond(channel, request, r, start)
+                return
+            if isinstance(response, Deferred):
+                response.addCallbacks(
+                    lambda r: self._respond(channel, request, r, start),
+                    lambda f: self._failed(channel, request, f, start),
+                )
+                return
         self._respond(channel, request, response, start)
 
     def _respond(

@@ -8,40 +8,64 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from twisted.internet import defer
-
 from .api import PutMessageStatus
 from .flush import FlushService
 from .ha.service import HAService
 
-PutWaiter = Callable[[int], defer.Deferred[PutMessageStatus]]
+OnStatus = Callable[[PutMessageStatus], object]
+# (a put's end offset, a callback) → its final status now, or None and the callback gets it later.
+PutWaiter = Callable[[int, OnStatus], "PutMessageStatus | None"]
+
+_PUT_OK = PutMessageStatus.PUT_OK
+_FLUSH_DISK_TIMEOUT = PutMessageStatus.FLUSH_DISK_TIMEOUT
+_FLUSH_SLAVE_TIMEOUT = PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+_SLAVE_NOT_AVAILABLE = PutMessageStatus.SLAVE_NOT_AVAILABLE
 
 
 def put_waiter(flush: FlushService | None, replica: HAService | None) -> PutWaiter | None:
-    """A function from a put's end offset to its final status, or None when every put is final at once.
+    """A function of a put's end offset and a callback that says the put's final status: at once if it is known,
+    else None and the callback gets it later (no Deferred: SYNC_FLUSH waits once a send). None when every put is
+    final at once.
 
     ``flush`` is given under SYNC_FLUSH, ``replica`` under SYNC_MASTER.
     """
     if flush is None and replica is None:
         return None
 
-    def flushed(end: int) -> defer.Deferred[PutMessageStatus]:
+    def flushed(end: int, on_status: OnStatus) -> PutMessageStatus | None:
         assert flush is not None
-        return flush.wait_for_flush(end, PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        return flush.notify_flush(end, on_status, _PUT_OK, _FLUSH_DISK_TIMEOUT)
 
-    def replicated(end: int) -> defer.Deferred[PutMessageStatus]:
+    def replicated(end: int, on_status: OnStatus) -> PutMessageStatus | None:
         assert replica is not None
         if not replica.is_slave_ok(end):
-            return defer.succeed(PutMessageStatus.SLAVE_NOT_AVAILABLE)
-        return replica.wait_for_replica(end, PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+            return _SLAVE_NOT_AVAILABLE
+        return replica.notify_replica(end, on_status, _PUT_OK, _FLUSH_SLAVE_TIMEOUT)
 
     if replica is None:
         return flushed
     if flush is None:
         return replicated
 
-    def both(end: int) -> defer.Deferred[PutMessageStatus]:
-        d = defer.gatherResults([flushed(end), replicated(end)])
-        return d.addCallback(lambda s: s[1] if s[1] is not PutMessageStatus.PUT_OK else s[0])
+    def both(end: int, on_status: OnStatus) -> PutMessageStatus | None:
+        statuses: list[PutMessageStatus | None] = [None, None]  # the flush's, the replica's
+
+        def final() -> PutMessageStatus:
+            flush_status, replica_status = statuses
+            assert flush_status is not None and replica_status is not None
+            return replica_status if replica_status is not _PUT_OK else flush_status
+
+        def one_later(i: int) -> OnStatus:
+            def settle(status: PutMessageStatus) -> None:
+                statuses[i] = status
+                if None not in statuses:
+                    on_status(final())
+
+            return settle
+
+        # Neither calls back before both have returned: answers come from later reactor events.
+        statuses[0] = flushed(end, one_later(0))
+        statuses[1] = replicated(end, one_later(1))
+        return None if None in statuses else final()
 
     return both

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from twisted.internet import defer
@@ -242,15 +242,24 @@ class FlushService:
     def wait_for_flush(self, offset: int, flushed: Any = True, timed_out: Any = False) -> defer.Deferred[Any]:
         """Fires ``flushed`` once commitlog data up to ``offset`` is durable, ``timed_out`` after
         ``syncFlushTimeout`` (True and False unless the caller names its own values)."""
+        d: defer.Deferred[Any] = defer.Deferred()
+        now = self.notify_flush(offset, d.callback, flushed, timed_out)
+        if now is not None:
+            d.callback(now)
+        return d
+
+    def notify_flush(self, offset: int, callback: Callable[[Any], object], flushed: Any, timed_out: Any) -> Any:
+        """``wait_for_flush`` without a Deferred, for a send's group commit: the answer now if there is one
+        (``flushed`` or ``timed_out``), else None and ``callback`` gets it later. Neither value may be None."""
         if self.store.flushed_where >= offset:
-            return defer.succeed(flushed)
+            return flushed
         if not self.running:
-            return defer.succeed(timed_out)
-        d = self._waiters.wait(offset, self.config.syncFlushTimeout / 1000, flushed, timed_out)
+            return timed_out
+        self._waiters.add(offset, self.config.syncFlushTimeout / 1000, callback, flushed, timed_out)
         if self._commit_d is None and self._next_round is None:
             # The round starts at the end of this reactor turn: its fsync then covers every send the turn appends.
             self._next_round = self.reactor.callLater(0, self._start_round)
-        return d
+        return None
 
     def _start_round(self) -> None:
         self._next_round = None

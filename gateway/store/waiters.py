@@ -2,39 +2,50 @@
 
 Apache's GroupCommitService and GroupTransferService: each waiter wants an offset and has a deadline; one
 event (an fsync done, a slave's report) answers every waiter it covers, and one timer answers the rest
-with False as their deadlines pass. Nothing blocks: a waiter is a Deferred.
+with False as their deadlines pass. Nothing blocks: a waiter is a callback (or a Deferred).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.logger import Logger
+
+log = Logger()
 
 
 class OffsetWaiters:
-    """Deferreds that fire True once ``release`` reaches their offset, False at their deadline (or the values each
-    waiter names instead: a send's final status, with no callback to map it)."""
+    """Callbacks called with True once ``release`` reaches their offset, False at their deadline (or the values
+    each waiter names instead: a send's final status, with nothing to map it)."""
 
     __slots__ = ("_clock", "_timer", "_waiters")
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
-        # (offset, deadline, deferred, value if reached, value if expired) in arrival order; with one timeout,
+        # (offset, deadline, callback, value if reached, value if expired) in arrival order; with one timeout,
         # deadlines ascend too.
-        self._waiters: deque[tuple[int, float, defer.Deferred[Any], Any, Any]] = deque()
+        self._waiters: deque[tuple[int, float, Callable[[Any], object], Any, Any]] = deque()
         self._timer: Any = None
 
     def __bool__(self) -> bool:
         return bool(self._waiters)
 
+    def add(
+        self, offset: int, timeout: float, callback: Callable[[Any], object], reached: Any = True, expired: Any = False
+    ) -> None:
+        """Call ``callback(reached)`` once released up to ``offset``, ``callback(expired)`` after ``timeout``
+        seconds. A callback, not a Deferred: SYNC_FLUSH has one waiter a send."""
+        self._waiters.append((offset, self._clock.seconds() + timeout, callback, reached, expired))
+        if self._timer is None:
+            self._timer = self._clock.callLater(timeout, self.expire)
+
     def wait(self, offset: int, timeout: float, reached: Any = True, expired: Any = False) -> defer.Deferred[Any]:
         """A Deferred for ``offset``: ``reached`` once released up to it, ``expired`` after ``timeout`` seconds."""
         d: defer.Deferred[Any] = defer.Deferred()
-        self._waiters.append((offset, self._clock.seconds() + timeout, d, reached, expired))
-        if self._timer is None:
-            self._timer = self._clock.callLater(timeout, self.expire)
+        self.add(offset, timeout, d.callback, reached, expired)
         return d
 
     def release(self, reached: int) -> None:
@@ -49,8 +60,7 @@ class OffsetWaiters:
         if not self._waiters and self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for _, _, d, value, _ in done:  # fired last: a callback may add a new waiter
-            d.callback(value)
+        _answer(done, 3)  # last: a callback may add a new waiter
 
     def expire(self, everything: bool = False) -> None:
         """Answer the waiters past their deadline (all of them with ``everything``) with their ``expired`` value."""
@@ -63,5 +73,13 @@ class OffsetWaiters:
             expired.append(self._waiters.popleft())
         if self._waiters:
             self._timer = self._clock.callLater(max(self._waiters[0][1] - now, 0), self.expire)
-        for _, _, d, _, value in expired:
-            d.callback(value)
+        _answer(expired, 4)
+
+
+def _answer(waiters: list[tuple[int, float, Callable[[Any], object], Any, Any]], value_at: int) -> None:
+    """Call each waiter's callback with its value at ``value_at``; one that raises is logged, the rest still run."""
+    for waiter in waiters:
+        try:
+            waiter[2](waiter[value_at])
+        except Exception:
+            log.failure("a waiter's callback failed")

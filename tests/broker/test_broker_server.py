@@ -366,6 +366,22 @@ async def test_sync_flush_acknowledges_durable_sends(make_broker) -> None:
 
 
 @pytest_twisted.ensureDeferred
+async def test_sync_flush_send_that_creates_its_topic_is_answered_durable(make_broker) -> None:
+    """The send waits for its fsync and for the new topic's registration: both answers reach the client once."""
+    b = make_broker(flushDiskType="SYNC_FLUSH")
+    b.start()
+    try:
+        resp = await b.call(golden_request("java_code310_req"))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert b.controller.topics.select("TopicTest") is not None
+        assert b.controller.store.flushed_where > decode_offset_message_id(resp.ext_fields["msgId"])[1]
+        again = await b.call(golden_request("java_code310_req"))  # the topic exists now: no registration wait
+        assert again.code == ResponseCode.SUCCESS and int(again.ext_fields["queueOffset"]) >= 0
+    finally:
+        await b.stop()
+
+
+@pytest_twisted.ensureDeferred
 async def test_sync_flush_group_commit_lasts_until_the_broker_closes_its_connections(make_broker) -> None:
     b = make_broker(flushDiskType="SYNC_FLUSH")
     b.start()

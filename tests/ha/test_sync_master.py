@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import task
-from twisted.internet.defer import Deferred, succeed
 
 from gateway.broker.config import load_broker_config
 from gateway.config import ConfigError
@@ -119,25 +118,39 @@ def test_offset_waiters_answer_with_the_values_each_waiter_names() -> None:
     assert got == ["stored", "late"]
 
 
-class _Replica:
-    def __init__(self, slave_ok: bool, acked: bool) -> None:
-        self.slave_ok, self.acked = slave_ok, acked
+class _Answers:
+    """A fake flush or replica service: answers ``ok``'s value at once, or (``later``) when the test says."""
+
+    def __init__(self, ok: bool, later: bool) -> None:
+        self.ok, self.later = ok, later
+        self.pending: list[Callable[[], object]] = []
+
+    def answer(self, callback: Callable[[Any], object], good: Any, bad: Any) -> Any:
+        value = good if self.ok else bad
+        if not self.later:
+            return value
+        self.pending.append(lambda: callback(value))
+        return None
+
+
+class _Replica(_Answers):
+    def __init__(self, slave_ok: bool, acked: bool, later: bool) -> None:
+        super().__init__(acked, later)
+        self.slave_ok = slave_ok
 
     def is_slave_ok(self, _end: int) -> bool:
         return self.slave_ok
 
-    def wait_for_replica(self, _end: int, replicated: Any, timed_out: Any) -> Deferred[Any]:
-        return succeed(replicated if self.acked else timed_out)
+    def notify_replica(self, _end: int, callback: Callable[[Any], object], replicated: Any, timed_out: Any) -> Any:
+        return self.answer(callback, replicated, timed_out)
 
 
-class _Flush:
-    def __init__(self, flushed: bool) -> None:
-        self.flushed = flushed
-
-    def wait_for_flush(self, _end: int, flushed: Any, timed_out: Any) -> Deferred[Any]:
-        return succeed(flushed if self.flushed else timed_out)
+class _Flush(_Answers):
+    def notify_flush(self, _end: int, callback: Callable[[Any], object], flushed: Any, timed_out: Any) -> Any:
+        return self.answer(callback, flushed, timed_out)
 
 
+@pytest.mark.parametrize("later", ["flush", "replica", "both", "replica first", None])
 @pytest.mark.parametrize(
     ("flushed", "slave_ok", "acked", "status"),
     [
@@ -149,14 +162,46 @@ class _Flush:
     ],
 )
 def test_flush_and_replica_statuses_combine_as_apache(
-    flushed: bool, slave_ok: bool, acked: bool, status: PutMessageStatus
+    flushed: bool, slave_ok: bool, acked: bool, status: PutMessageStatus, later: str | None
 ) -> None:
-    wait = put_waiter(_Flush(flushed), _Replica(slave_ok, acked))  # type: ignore[arg-type]
+    """The final status comes at once when both answers are known, else through the callback exactly once, after
+    the later of the two."""
+    flush = _Flush(flushed, later in ("flush", "both", "replica first"))
+    replica = _Replica(slave_ok, acked, later in ("replica", "both", "replica first"))
+    wait = put_waiter(flush, replica)  # type: ignore[arg-type]
     assert wait is not None
-    got = []
-    wait(100).addCallback(got.append)
-    assert got == [status]
+    got: list[PutMessageStatus] = []
+    now = wait(100, got.append)
+    answers = flush.pending + replica.pending
+    if later == "replica first":
+        answers.reverse()
+    if not answers:
+        assert now is status and got == []
+    else:
+        assert now is None
+        for answer in answers[:-1]:
+            answer()
+            assert got == []
+        answers[-1]()
+        assert got == [status]
     assert put_waiter(None, None) is None
+
+
+def test_sync_flush_sends_wait_with_callbacks_not_deferreds() -> None:
+    """A waiting send's status reaches its callback once the fsync covers it, and a callback that raises does not
+    keep the others from theirs."""
+    clock = task.Clock()
+    waiters = OffsetWaiters(clock)
+    got: list[tuple[int, str]] = []
+
+    def broken(_: str) -> None:
+        raise RuntimeError("a broken callback")
+
+    waiters.add(10, 1.0, lambda v: got.append((10, v)), "stored", "late")
+    waiters.add(15, 1.0, broken, "stored", "late")
+    waiters.add(20, 1.0, lambda v: got.append((20, v)), "stored", "late")
+    waiters.release(20)
+    assert got == [(10, "stored"), (20, "stored")] and not waiters and not clock.getDelayedCalls()
 
 
 @pytest.mark.parametrize(

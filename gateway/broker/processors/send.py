@@ -15,6 +15,7 @@ from twisted.internet.defer import Deferred
 
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.dispatch import LaterResponse
 from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader
 from gateway.remoting.message import (
     PROPERTY_SEPARATOR,
@@ -105,7 +106,9 @@ class SendMessageProcessor:
             RequestCode.CONSUMER_SEND_MSG_BACK: self.consumer_send_msg_back,
         }
 
-    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | Deferred[Any]:
+    def process(
+        self, channel: RemotingProtocol, request: RemotingCommand
+    ) -> RemotingCommand | LaterResponse | Deferred[Any]:
         try:
             if request.code in _V2_CODES:
                 header = SendMessageRequestHeader.decode_v2(request.ext_fields)
@@ -124,6 +127,8 @@ class SendMessageProcessor:
         else:
             response = self._send(channel, request, header, ext)
         if self.broker.topics.data_version.counter != topics_version:  # this send created its topic
+            if type(response) is LaterResponse:
+                response = response.deferred()
             return self.broker.answer_once_registered(topics_version, response)
         return response
 
@@ -217,7 +222,7 @@ class SendMessageProcessor:
 
     def _send(
         self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
-    ) -> RemotingCommand | Deferred[Any]:
+    ) -> RemotingCommand | LaterResponse:
         broker = self.broker
         raw = header.properties or ""
         topic = header.topic
@@ -330,7 +335,7 @@ class SendMessageProcessor:
 
     def _send_batch(
         self, channel: RemotingProtocol, request: RemotingCommand, header: SendMessageRequestHeader, ext: dict[str, str]
-    ) -> RemotingCommand | Deferred[Any]:
+    ) -> RemotingCommand | LaterResponse:
         broker = self.broker
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return request.response(
@@ -384,7 +389,7 @@ class SendMessageProcessor:
         queue_id: int,
         ext: dict[str, str],
         properties: str | None,
-    ) -> RemotingCommand | Deferred[Any]:
+    ) -> RemotingCommand | LaterResponse:
         append = result.append
         if result.status is not _PUT_OK or append is None:
             return request.response(*_status_code(result.status), ext)
@@ -397,8 +402,14 @@ class SendMessageProcessor:
             return request.response(_SUCCESS, None, ext)
         # SYNC_FLUSH / SYNC_MASTER: answer once the bytes are on disk / on a slave. A timeout still reports
         # the message stored (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE), remark null.
-        d = wait(append.wrote_offset + append.wrote_bytes)
-        return d.addCallback(lambda status: request.response(_STATUS_CODES[status][0], None, ext))
+        later = LaterResponse()
+        status = wait(
+            append.wrote_offset + append.wrote_bytes,
+            lambda status: later.answer(request.response(_STATUS_CODES[status][0], None, ext)),
+        )
+        if status is not None:
+            return request.response(_STATUS_CODES[status][0], None, ext)
+        return later
 
 
 def wait_store_msg_ok(properties: str | None) -> bool:

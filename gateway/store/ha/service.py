@@ -247,12 +247,22 @@ class HAService(Factory):
     def wait_for_replica(self, offset: int, replicated: Any = True, timed_out: Any = False) -> Deferred[Any]:
         """``replicated`` once a slave reports ``offset``, ``timed_out`` after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT);
         True and False unless the caller names its own values."""
+        d: Deferred[Any] = Deferred()
+        now = self.notify_replica(offset, d.callback, replicated, timed_out)
+        if now is not None:
+            d.callback(now)
+        return d
+
+    def notify_replica(self, offset: int, callback: Callable[[Any], object], replicated: Any, timed_out: Any) -> Any:
+        """``wait_for_replica`` without a Deferred, for a send: the answer now if there is one, else None and
+        ``callback`` gets it later. Neither value may be None."""
         if self.acknowledged_offset() >= offset:
-            return succeed(replicated)
+            return replicated
         if self.port is None:
-            return succeed(timed_out)
+            return timed_out
         # The append that made ``offset`` already woke the transfer (wakeup).
-        return self._replica_waiters.wait(offset, self.config.slaveTimeout / 1000, replicated, timed_out)
+        self._replica_waiters.add(offset, self.config.slaveTimeout / 1000, callback, replicated, timed_out)
+        return None
 
     def runtime_info(self) -> dict[str, Any]:
         """A master's HARuntimeInfo (mqadmin haStatus): each slave's acknowledged offset, gap and rate."""
