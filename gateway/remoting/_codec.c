@@ -614,10 +614,10 @@ starts_with(const char *p, Py_ssize_t n, const char *name_sep, Py_ssize_t m)
     return n >= m && memcmp(p, name_sep, m) == 0;
 }
 
-/* send_properties(properties, cluster) -> (stored properties, tags code) or NotImplemented: message.py's
- * store_properties (every WAIT property dropped, CLUSTER added) and tags_code of the TAGS property, in one pass
- * over the encoded properties. NotImplemented for what Python takes: text that is not ASCII, a CLUSTER the client
- * sent. */
+/* send_properties(properties, cluster) -> (stored properties, tags code, wait) or NotImplemented: message.py's
+ * store_properties (every WAIT property dropped, CLUSTER added), tags_code of the TAGS property and
+ * wait_store_msg_ok, in one pass over the encoded properties. NotImplemented for what Python takes: text that is
+ * not ASCII, a CLUSTER the client sent. */
 static PyObject *
 codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -643,14 +643,24 @@ codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     char *out = (char *)PyUnicode_1BYTE_DATA(stored);
     uint32_t tags = 0;
-    int tags_seen = 0;
+    int tags_seen = 0, wait_seen = 0, wait = 1;
     for (Py_ssize_t s = 0;;) {
         const char *sep = memchr(p + s, 2, n - s);
         Py_ssize_t e = sep ? sep - p : n;
-        if (!starts_with(p + s, e - s, WAIT, wait_len) && (sep || e > s)) {
-            memcpy(out, p + s, e - s);
-            out += e - s;
-            *out++ = 2;
+        if (!starts_with(p + s, e - s, WAIT, wait_len)) {
+            if (sep || e > s) {
+                memcpy(out, p + s, e - s);
+                out += e - s;
+                *out++ = 2;
+            }
+        }
+        else if (!wait_seen) {
+            /* The first WAIT decides, as property_value finds it: unless empty, only "true" (any case) waits. */
+            const char *v = p + s + wait_len;
+            Py_ssize_t vn = e - s - wait_len;
+            wait_seen = 1;
+            wait = vn == 0 || (vn == 4 && (v[0] | 32) == 't' && (v[1] | 32) == 'r' && (v[2] | 32) == 'u' &&
+                               (v[3] | 32) == 'e');
         }
         if (!tags_seen && starts_with(p + s, e - s, TAGS, tags_len)) {
             tags_seen = 1;
@@ -666,7 +676,7 @@ codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t length = out + cluster_len + cn - (char *)PyUnicode_1BYTE_DATA(stored);
     if (PyUnicode_Resize(&stored, length) < 0)
         return NULL;
-    return Py_BuildValue("(Ni)", stored, (int32_t)tags);
+    return Py_BuildValue("(NiO)", stored, (int32_t)tags, wait ? Py_True : Py_False);
 }
 
 static PyMethodDef methods[] = {
@@ -683,7 +693,7 @@ static PyMethodDef methods[] = {
     {"decode_fields", (PyCFunction)(void (*)(void))codec_decode_fields, METH_FASTCALL,
      "decode_fields(ext, spec) -> tuple of a header's field values, or NotImplemented."},
     {"send_properties", (PyCFunction)(void (*)(void))codec_send_properties, METH_FASTCALL,
-     "send_properties(properties, cluster) -> (stored properties, tags code), or NotImplemented."},
+     "send_properties(properties, cluster) -> (stored properties, tags code, wait), or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,6 +19,7 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 _TAGS_SEP = "TAGS" + NAME_VALUE_SEPARATOR
+_WAIT_SEP = "WAIT" + NAME_VALUE_SEPARATOR
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7, record layout v1
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-segment filler
@@ -151,15 +152,27 @@ def store_properties(properties: str, cluster: str) -> str:
     return f"{properties}{sep}{MessageConst.CLUSTER}{NAME_VALUE_SEPARATOR}{cluster}"
 
 
-def send_properties(properties: str, cluster: str) -> tuple[str, int]:
-    """A single send's stored properties (:func:`store_properties`) and its tags code (``tags_code`` of TAGS), in
-    one pass by the C codec where it is built; Python takes what C leaves to it (non-ASCII text, a client-sent
-    CLUSTER)."""
+def send_properties(properties: str, cluster: str) -> tuple[str, int, bool]:
+    """A single send's stored properties (:func:`store_properties`), its tags code (``tags_code`` of TAGS) and
+    whether it waits to be stored (:func:`wait_store_msg_ok`), in one pass by the C codec where it is built;
+    Python takes what C leaves to it (non-ASCII text, a client-sent CLUSTER)."""
     if _c_send_properties is not None:
         done = _c_send_properties(properties, cluster)
         if done is not NotImplemented:
             return done  # type: ignore[no-any-return]
-    return store_properties(properties, cluster), tags_code(property_value(properties, _TAGS_SEP))
+    return (
+        store_properties(properties, cluster),
+        tags_code(property_value(properties, _TAGS_SEP)),
+        wait_store_msg_ok(properties),
+    )
+
+
+def wait_store_msg_ok(properties: str | None) -> bool:
+    """Message.isWaitStoreMsgOK: unless its WAIT property says otherwise (Boolean.parseBoolean)."""
+    if not properties or _WAIT_SEP not in properties:
+        return True
+    value = property_value(properties, _WAIT_SEP)
+    return value is None or value.lower() == "true"
 
 
 def java_string_hash(s: str) -> int:

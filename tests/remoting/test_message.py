@@ -35,6 +35,7 @@ from gateway.remoting.message import (
     string_to_properties,
     tags_code,
     unpack_host,
+    wait_store_msg_ok,
 )
 
 from .golden import frame
@@ -484,14 +485,17 @@ def test_store_properties_equals_javas_map_round_trip(props: dict[str, str]) -> 
     assert string_to_properties(store_properties(raw, "DefaultCluster")) == expected
 
 
-_PROPERTY_PIECES = st.sampled_from(["WAIT\x01", "TAGS\x01", "CLUSTER\x01", "\x01", "\x02", "true", "T", "é", "TagA"])
+_PROPERTY_PIECES = st.sampled_from(
+    ["WAIT\x01", "TAGS\x01", "CLUSTER\x01", "\x01", "\x02", "true", "TrUe", "false", "T", "é", "TagA"]
+)
 
 
 @pytest.mark.skipif(message._c_send_properties is None, reason="the C codec was not built")
 @given(st.lists(_PROPERTY_PIECES, max_size=10).map("".join), st.sampled_from(["DefaultCluster", "", "集群"]))
 def test_send_properties_in_c_is_the_python_shortcut_exactly(raw: str, cluster: str) -> None:
-    """The same string (not only the same map) and tags code as store_properties and tags_code, or Python's turn."""
-    expected = (store_properties(raw, cluster), tags_code(property_value(raw, "TAGS\x01")))
+    """The same string (not only the same map), tags code and WAIT flag as store_properties, tags_code and
+    wait_store_msg_ok, or Python's turn."""
+    expected = (store_properties(raw, cluster), tags_code(property_value(raw, "TAGS\x01")), wait_store_msg_ok(raw))
     done = message._c_send_properties(raw, cluster)
     if done is NotImplemented:  # left to Python: text that is not ASCII, a CLUSTER the client sent
         assert not (raw + cluster).isascii() or "CLUSTER\x01" in raw

@@ -24,10 +24,10 @@ from gateway.remoting.message import (
     RecordError,
     decode_batch,
     properties_to_string,
-    property_value,
     send_properties,
     string_to_properties,
     tags_code,
+    wait_store_msg_ok,
 )
 from gateway.remoting.names import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -52,7 +52,6 @@ DLQ_NUMS_PER_GROUP = 1
 # TopicSysFlag: the retry topic of a unit-mode group "has unit subscription".
 _UNIT_SUB_FLAG = 0x2
 _RW = PermName.PERM_READ | PermName.PERM_WRITE
-_WAIT = MessageConst.WAIT_STORE_MSG_OK + "\x01"
 _V2_CODES = frozenset({RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2})
 
 # Enum members as module globals: reading one through its class costs ~0.13 us (Python 3.11).
@@ -230,7 +229,7 @@ class SendMessageProcessor:
             "DELAY\x01" in raw or "TIMER_" in raw or "TRAN_MSG\x01" in raw or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         ):
             # The common case: no delay, timer or transaction, not a retry; the properties stay a string.
-            properties, tags = send_properties(raw, broker.config.brokerClusterName)
+            properties, tags, wait = send_properties(raw, broker.config.brokerClusterName)
             # Positional (keywords cost a send ~0.5 us): topic, queue_id, flag, body, properties, tags_code,
             # sys_flag, born_timestamp, born_host, store_host, reconsume_times.
             msg = MessageExtBrokerInner(
@@ -246,7 +245,7 @@ class SendMessageProcessor:
                 broker.store_host,
                 header.reconsume_times or 0,
             )
-            return self._respond(request, broker.store.put_message(msg), topic, msg.queue_id, ext, raw)
+            return self._respond(request, broker.store.put_message(msg), topic, msg.queue_id, ext, wait)
         props = string_to_properties(raw)
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             routed = self._retry_to_dlq(header, request, props)
@@ -283,7 +282,7 @@ class SendMessageProcessor:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
         # The answer names the requested queue even when the message is parked in a system queue.
-        return self._respond(request, result, msg.topic, queue_id, ext, header.properties)
+        return self._respond(request, result, msg.topic, queue_id, ext, wait_store_msg_ok(header.properties))
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
@@ -379,7 +378,7 @@ class SendMessageProcessor:
                 )
             )
         result = broker.store.put_messages(msgs)
-        return self._respond(request, result, header.topic, queue_id, ext, header.properties)
+        return self._respond(request, result, header.topic, queue_id, ext, wait_store_msg_ok(header.properties))
 
     def _respond(
         self,
@@ -388,7 +387,7 @@ class SendMessageProcessor:
         topic: str,
         queue_id: int,
         ext: dict[str, str],
-        properties: str | None,
+        wait_stored: bool,
     ) -> RemotingCommand | LaterResponse:
         append = result.append
         if result.status is not _PUT_OK or append is None:
@@ -398,7 +397,7 @@ class SendMessageProcessor:
         ext["queueId"] = str(queue_id)
         ext["queueOffset"] = str(append.logics_offset)
         wait = self.broker.put_waiter
-        if wait is None or not wait_store_msg_ok(properties):
+        if wait is None or not wait_stored:
             return request.response(_SUCCESS, None, ext)
         # SYNC_FLUSH / SYNC_MASTER: answer once the bytes are on disk / on a slave. A timeout still reports
         # the message stored (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE), remark null.
@@ -410,14 +409,6 @@ class SendMessageProcessor:
         if status is not None:
             return request.response(_STATUS_CODES[status][0], None, ext)
         return later
-
-
-def wait_store_msg_ok(properties: str | None) -> bool:
-    """Message.isWaitStoreMsgOK: unless its WAIT property says otherwise (Boolean.parseBoolean)."""
-    if not properties or _WAIT not in properties:
-        return True
-    value = property_value(properties, _WAIT)
-    return value is None or value.lower() == "true"
 
 
 def put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
