@@ -20,8 +20,20 @@ static PyObject *SerializeRocketmq;  /* SerializeType.ROCKETMQ */
 static PyObject *DecodeJsonHeader;   /* decode_json_header(bytes) -> RemotingCommand */
 static PyObject *ExtValue;           /* _ext_value(object) -> str */
 static PyObject *EncodeHeaderPy;     /* the Python encode_rocketmq_header, for the unusual cases */
+static PyObject *JsonLoads;          /* orjson.loads */
+static PyObject *JsonDumps;          /* orjson.dumps */
+static PyObject *JsonCommandPy;      /* _json_command(obj) -> RemotingCommand, for the unusual headers */
+static PyObject *EncodeJsonPy;       /* the Python encode_json_header, for the unusual cases */
 static PyObject *EmptyBytes;
 static PyObject *BodyName;           /* "body" */
+static PyObject *Zero;               /* 0 */
+/* The JSON header's keys, interned once: code, opaque, flag, version (ints), language, remark, extFields, and
+ * serializeTypeCurrentRPC with its value "JSON" and the default language "JAVA". */
+enum { J_CODE, J_OPAQUE, J_FLAG, J_VERSION, J_LANGUAGE, J_REMARK, J_EXT, J_STYPE, J_JSON, J_JAVA, N_JSON };
+static const char *const JsonNames[N_JSON] = {"code",      "opaque",    "flag",
+                                              "version",   "language",  "remark",
+                                              "extFields", "serializeTypeCurrentRPC", "JSON", "JAVA"};
+static PyObject *JsonKeys[N_JSON];
 
 /* Set once by setup_headers(): what gateway.remoting.headers' decoders use. */
 static PyObject *HeaderError;        /* headers.HeaderError */
@@ -185,6 +197,83 @@ codec_decode_rocketmq_header(PyObject *self, PyObject *arg)
     return result;
 }
 
+/* Whether every value of the dict is exactly a str (what Java peers send in extFields). */
+static int
+all_str_values(PyObject *dict)
+{
+    Py_ssize_t i = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(dict, &i, &k, &v))
+        if (!PyUnicode_CheckExact(v))
+            return 0;
+    return 1;
+}
+
+/* The command of a parsed JSON header, as codec.py's _json_command, for the usual header: code, opaque, flag and
+ * version ints (absent: 0), language a str (absent: "JAVA"), remark a str or null, extFields a dict of strs or
+ * null. Anything else goes to _json_command. */
+static PyObject *
+json_command(PyObject *obj, PyObject *body)
+{
+    PyObject *args[8];
+    if (!PyDict_CheckExact(obj))
+        goto python;
+    for (int j = J_CODE; j <= J_EXT; j++) {
+        PyObject *v = PyDict_GetItemWithError(obj, JsonKeys[j]);
+        if (v == NULL && PyErr_Occurred())
+            return NULL;
+        if (j <= J_VERSION) {
+            if (v == NULL)
+                v = Zero;
+            else if (!PyLong_CheckExact(v))
+                goto python;
+        }
+        else if (j == J_LANGUAGE) {
+            if (v == NULL)
+                v = JsonKeys[J_JAVA];
+            else if (!PyUnicode_CheckExact(v))
+                goto python;
+        }
+        else if (v == NULL || v == Py_None)
+            v = Py_None;
+        else if (j == J_REMARK ? !PyUnicode_CheckExact(v) : !PyDict_CheckExact(v) || !all_str_values(v))
+            goto python;
+        args[j] = v;
+    }
+    /* RemotingCommand(code, opaque, flag, language, version, remark, ext_fields, body) */
+    PyObject *ordered[8] = {args[J_CODE],   args[J_OPAQUE], args[J_FLAG], args[J_LANGUAGE],
+                            args[J_VERSION], args[J_REMARK], args[J_EXT],  body};
+    return PyObject_Vectorcall(Command, ordered, 8, NULL);
+python:;
+    PyObject *cmd = PyObject_CallOneArg(JsonCommandPy, obj);
+    if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
+        Py_CLEAR(cmd);
+    return cmd;
+}
+
+/* A command from a JSON header: orjson parses it, json_command builds it; a header orjson refuses goes to
+ * codec.py's decode_json_header for its ProtocolError. */
+static PyObject *
+decode_json(const unsigned char *p, Py_ssize_t n, PyObject *body)
+{
+    PyObject *header = PyBytes_FromStringAndSize((const char *)p, n);
+    if (header == NULL)
+        return NULL;
+    PyObject *cmd = NULL, *obj = PyObject_CallOneArg(JsonLoads, header);
+    if (obj != NULL) {
+        cmd = json_command(obj, body);
+        Py_DECREF(obj);
+    }
+    else if (PyErr_ExceptionMatches(PyExc_ValueError)) { /* orjson.JSONDecodeError */
+        PyErr_Clear();
+        cmd = PyObject_CallOneArg(DecodeJsonHeader, header);
+        if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
+            Py_CLEAR(cmd);
+    }
+    Py_DECREF(header);
+    return cmd;
+}
+
 /* feed(buffer: bytearray, max_frame_length: int) -> list[RemotingCommand]: every complete frame at the start of
  * buffer, which loses them (a partial frame stays); ProtocolError for a frame that cannot be valid. */
 static PyObject *
@@ -239,13 +328,7 @@ codec_feed(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (stype == SERIALIZE_ROCKETMQ) {
             cmd = decode_header(p + hstart, hlen, body);
         } else if (stype == SERIALIZE_JSON) {
-            PyObject *header = PyBytes_FromStringAndSize((const char *)p + hstart, hlen);
-            if (header != NULL) {
-                cmd = PyObject_CallOneArg(DecodeJsonHeader, header);
-                Py_DECREF(header);
-            }
-            if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
-                Py_CLEAR(cmd);
+            cmd = decode_json(p + hstart, hlen, body);
         } else {
             PyErr_Format(ProtocolError, "unknown serialize type %u", stype);
         }
@@ -303,6 +386,39 @@ static PyObject *
 encode_in_python(PyObject *cmd)
 {
     return PyObject_CallOneArg(EncodeHeaderPy, cmd);
+}
+
+/* encode_json_header(cmd) -> bytes, as codec.py's: fastjson's key order, remark and extFields left out when
+ * None; orjson writes it. A command whose extFields is not a dict of strs goes to the Python encoder. */
+static PyObject *
+codec_encode_json_header(PyObject *self, PyObject *cmd)
+{
+    if (!ready())
+        return NULL;
+    PyObject *v[N_ATTRS] = {NULL}, *obj = NULL, *result = NULL;
+    for (int a = 0; a < N_ATTRS; a++)
+        if ((v[a] = PyObject_GetAttr(cmd, Attrs[a])) == NULL)
+            goto done;
+    PyObject *ext = v[A_EXT_FIELDS];
+    if (ext != Py_None && (!PyDict_CheckExact(ext) || !all_str_values(ext))) {
+        result = PyObject_CallOneArg(EncodeJsonPy, cmd);
+        goto done;
+    }
+    if ((obj = PyDict_New()) == NULL || PyDict_SetItem(obj, JsonKeys[J_CODE], v[A_CODE]) < 0 ||
+        (ext != Py_None && PyDict_SetItem(obj, JsonKeys[J_EXT], ext) < 0) ||
+        PyDict_SetItem(obj, JsonKeys[J_FLAG], v[A_FLAG]) < 0 ||
+        PyDict_SetItem(obj, JsonKeys[J_LANGUAGE], v[A_LANGUAGE]) < 0 ||
+        PyDict_SetItem(obj, JsonKeys[J_OPAQUE], v[A_OPAQUE]) < 0 ||
+        (v[A_REMARK] != Py_None && PyDict_SetItem(obj, JsonKeys[J_REMARK], v[A_REMARK]) < 0) ||
+        PyDict_SetItem(obj, JsonKeys[J_STYPE], JsonKeys[J_JSON]) < 0 ||
+        PyDict_SetItem(obj, JsonKeys[J_VERSION], v[A_VERSION]) < 0)
+        goto done;
+    result = PyObject_CallOneArg(JsonDumps, obj);
+done:
+    Py_XDECREF(obj);
+    for (int a = 0; a < N_ATTRS; a++)
+        Py_XDECREF(v[a]);
+    return result;
 }
 
 /* encode_rocketmq_header(cmd) -> bytes, as codec.py's: None keys and values are left out, non-str values
@@ -587,20 +703,23 @@ codec_setup_headers(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 codec_setup(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    static char *names[] = {"command", "protocol_error", "struct_error", "language_names", "language_values",
-                            "language_other", "serialize_rocketmq", "decode_json_header", "ext_value",
-                            "encode_rocketmq_header", NULL};
-    PyObject *o[10];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!OOOOO:setup", names, &o[0], &o[1], &o[2], &PyTuple_Type,
-                                     &o[3], &PyDict_Type, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9]))
+    static char *names[] = {"command",        "protocol_error",     "struct_error", "language_names",
+                            "language_values", "language_other",    "serialize_rocketmq", "decode_json_header",
+                            "ext_value",      "encode_rocketmq_header", "json_loads", "json_dumps",
+                            "json_command",   "encode_json_header", NULL};
+    PyObject *o[14];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!OOOOOOOOO:setup", names, &o[0], &o[1], &o[2],
+                                     &PyTuple_Type, &o[3], &PyDict_Type, &o[4], &o[5], &o[6], &o[7], &o[8], &o[9],
+                                     &o[10], &o[11], &o[12], &o[13]))
         return NULL;
     if (PyTuple_GET_SIZE(o[3]) != 256) {
         PyErr_SetString(PyExc_ValueError, "language_names must have 256 entries");
         return NULL;
     }
-    PyObject **slots[10] = {&Command, &ProtocolError, &StructError, &LanguageNames, &LanguageValues,
-                            &LanguageOther, &SerializeRocketmq, &DecodeJsonHeader, &ExtValue, &EncodeHeaderPy};
-    for (int j = 0; j < 10; j++) {
+    PyObject **slots[14] = {&Command,       &ProtocolError, &StructError, &LanguageNames,    &LanguageValues,
+                            &LanguageOther, &SerializeRocketmq, &DecodeJsonHeader, &ExtValue, &EncodeHeaderPy,
+                            &JsonLoads,     &JsonDumps,     &JsonCommandPy, &EncodeJsonPy};
+    for (int j = 0; j < 14; j++) {
         Py_INCREF(o[j]);
         Py_XSETREF(*slots[j], o[j]);
     }
@@ -688,6 +807,7 @@ static PyMethodDef methods[] = {
      "decode_rocketmq_header(data) -> RemotingCommand, from a binary ROCKETMQ header."},
     {"encode_rocketmq_header", codec_encode_rocketmq_header, METH_O,
      "encode_rocketmq_header(cmd) -> bytes, the binary ROCKETMQ header."},
+    {"encode_json_header", codec_encode_json_header, METH_O, "encode_json_header(cmd) -> bytes, the JSON header."},
     {"setup_headers", (PyCFunction)(void (*)(void))codec_setup_headers, METH_VARARGS | METH_KEYWORDS,
      "setup_headers(...): what gateway.remoting.headers' decoders raise and call."},
     {"decode_fields", (PyCFunction)(void (*)(void))codec_decode_fields, METH_FASTCALL,
@@ -707,10 +827,14 @@ PyInit__codec(void)
 {
     EmptyBytes = PyBytes_FromStringAndSize(NULL, 0);
     BodyName = PyUnicode_InternFromString("body");
-    if (EmptyBytes == NULL || BodyName == NULL)
+    Zero = PyLong_FromLong(0);
+    if (EmptyBytes == NULL || BodyName == NULL || Zero == NULL)
         return NULL;
     for (int i = 0; i < N_ATTRS; i++)
         if ((Attrs[i] = PyUnicode_InternFromString(AttrNames[i])) == NULL)
+            return NULL;
+    for (int i = 0; i < N_JSON; i++)
+        if ((JsonKeys[i] = PyUnicode_InternFromString(JsonNames[i])) == NULL)
             return NULL;
     return PyModule_Create(&module);
 }

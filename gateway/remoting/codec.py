@@ -4,8 +4,9 @@ Frame: int32 length (of what follows), int32 header info (high byte = serialize 
 header length), header (JSON or ROCKETMQ binary), body. Everything the peer could get wrong raises
 :class:`ProtocolError`, after which the connection must be closed.
 
-The frame splitting and the ROCKETMQ header have a C twin (``_codec.c``, built by ``pip install`` where a C
-compiler is found), used when it is there: the Python here is the reference and the fallback, and the tests run
+The frame splitting, the ROCKETMQ header and the usual JSON header (orjson parses and writes it; C builds the
+command and the dict) have a C twin (``_codec.c``, built by ``pip install`` where a C compiler is found), used
+when it is there: the Python here is the reference and the fallback, and the tests run
 both (:func:`use_accelerator`). ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` keeps to Python.
 """
 
@@ -72,6 +73,11 @@ def decode_json_header(data: bytes) -> RemotingCommand:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
         raise ProtocolError(f"bad JSON header: {e}") from None
+    return _json_command(obj)
+
+
+def _json_command(obj: object) -> RemotingCommand:
+    """The command of a parsed JSON header; the C codec takes the usual ones itself and leaves the rest here."""
     if type(obj) is not dict:
         raise ProtocolError("JSON header is not an object")
     ext = obj.get("extFields")
@@ -101,7 +107,7 @@ def decode_json_header(data: bytes) -> RemotingCommand:
     return RemotingCommand(code, opaque, flag, language, version, remark, ext)
 
 
-def encode_json_header(cmd: RemotingCommand) -> bytes:
+def _encode_json_header_py(cmd: RemotingCommand) -> bytes:
     """fastjson's form: alphabetical keys, nulls omitted, every ext value a string."""
     obj: dict[str, object] = {"code": cmd.code}
     ext = cmd.ext_fields
@@ -342,10 +348,11 @@ def _split_frames_py(buf: bytearray, max_frame_length: int) -> list[RemotingComm
 def use_accelerator(enabled: bool = True) -> bool:
     """Use the C codec (when it was built) or the Python one; whether C is now in use. Header decoders keep the
     choice in force when each was first used."""
-    global decode_rocketmq_header, encode_rocketmq_header, _split_frames, _c_in_use
+    global decode_rocketmq_header, encode_rocketmq_header, encode_json_header, _split_frames, _c_in_use
     c = _c_in_use = _c_codec if enabled else None
     decode_rocketmq_header = c.decode_rocketmq_header if c else _decode_rocketmq_header_py
     encode_rocketmq_header = c.encode_rocketmq_header if c else _encode_rocketmq_header_py
+    encode_json_header = c.encode_json_header if c else _encode_json_header_py
     _split_frames = c.feed if c else _split_frames_py
     return c is not None
 
@@ -371,6 +378,10 @@ def _load_accelerator() -> ModuleType | None:
         decode_json_header=decode_json_header,
         ext_value=_ext_value,
         encode_rocketmq_header=_encode_rocketmq_header_py,
+        json_loads=orjson.loads,
+        json_dumps=orjson.dumps,
+        json_command=_json_command,
+        encode_json_header=_encode_json_header_py,
     )
     return _codec
 
@@ -379,5 +390,6 @@ _c_codec = _load_accelerator()
 _c_in_use: ModuleType | None = None
 decode_rocketmq_header: Callable[[bytes], RemotingCommand]
 encode_rocketmq_header: Callable[[RemotingCommand], bytes]
+encode_json_header: Callable[[RemotingCommand], bytes]
 _split_frames: Callable[[bytearray, int], list[RemotingCommand]]
 use_accelerator(not os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"))

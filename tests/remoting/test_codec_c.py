@@ -4,6 +4,7 @@ any input, nothing leaked, and the whole remoting suite green on the Python code
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import shutil
 import struct
@@ -150,6 +151,40 @@ def test_encode_rocketmq_header_agrees_with_python(cmd: RemotingCommand) -> None
 
 
 @needs_c
+@FUZZ
+@given(commands())
+def test_encode_json_header_agrees_with_python(cmd: RemotingCommand) -> None:
+    assert outcome(C.encode_json_header, cmd) == outcome(codec._encode_json_header_py, cmd)
+
+
+_JSON_KEYS = st.sampled_from(["code", "opaque", "flag", "version", "language", "remark", "extFields", "other"])
+_JSON_VALUES = VALUES | st.lists(st.integers(), max_size=2) | st.dictionaries(TEXT, VALUES, max_size=4)
+
+
+@st.composite
+def json_headers(draw: st.DrawFn) -> bytes:
+    """JSON headers as peers might send them: mostly well-formed, with fields of every type, or not JSON at all."""
+    choice = draw(st.integers(0, 9))
+    if choice == 0:
+        return draw(st.binary(max_size=16))
+    if choice == 1:
+        return json.dumps(draw(_JSON_VALUES)).encode()
+    obj = draw(st.dictionaries(_JSON_KEYS, _JSON_VALUES, max_size=8))
+    if draw(st.booleans()):  # the usual header: int fields, str language and remark, extFields of strs
+        obj.update(code=draw(st.integers(-(2**31), 2**31)), language=draw(TEXT))
+        obj["extFields"] = draw(st.none() | st.dictionaries(TEXT, TEXT, max_size=6))
+    return json.dumps(obj).encode()
+
+
+@needs_c
+@FUZZ
+@given(json_headers(), st.binary(max_size=4))
+def test_json_headers_decode_as_the_python_decoder_does(header: bytes, body: bytes) -> None:
+    frame = struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+    assert _feed_all(C.feed, [frame]) == _feed_all(codec._split_frames_py, [frame])
+
+
+@needs_c
 @pytest.mark.parametrize(
     "change",
     [
@@ -214,6 +249,9 @@ def test_nothing_is_leaked() -> None:
     )
     frame = struct.pack(">ii", 4 + len(good) + 3, (1 << 24) | len(good)) + good + b"xyz"
     json_frame = codec.encode(RemotingCommand(code=11, ext_fields={"k": "v"}, body=b"b"))
+    unusual = b'{"code":"7","extFields":{"n":5}}'  # a str code, an int ext value: Python's turn
+    unusual_json = struct.pack(">ii", 4 + len(unusual), len(unusual)) + unusual
+    bad_json = struct.pack(">ii", 4 + 5, 5) + b'{"cod'  # orjson refuses it: ProtocolError
     cmd = RemotingCommand(code=10, remark="r", ext_fields={"a": "1", "n": 5, "x": None}, language="PYTHON")
     cases: list[Callable[[], Any]] = [
         lambda: C.decode_rocketmq_header(good),
@@ -223,6 +261,9 @@ def test_nothing_is_leaked() -> None:
         lambda: C.feed(bytearray(frame + b"\x00\x00\x00\x02xx"), 1 << 16),  # bad frame length after a good one
         lambda: C.encode_rocketmq_header(cmd),
         lambda: C.encode_rocketmq_header(RemotingCommand(code=1 << 20)),
+        lambda: C.encode_json_header(cmd),  # a non-str ext value: Python's turn
+        lambda: C.encode_json_header(RemotingCommand(code=11, remark="r", ext_fields={"k": "v"})),
+        lambda: C.feed(bytearray(json_frame + unusual_json + bad_json), 1 << 16),
     ]
 
     def run_all() -> None:
