@@ -6,6 +6,7 @@ socket benchmarks cannot separate from the VM's noise; small changes to the send
     python -m benchmarks.pipeline                      # 100k sends, 5 runs, ASYNC_FLUSH store in a temp dir
     python -m benchmarks.pipeline --runs 9 --set messageIndexEnable=false
     python -m benchmarks.pipeline --serialize rocketmq  # headers as Apache's benchmark Producer sends them
+    python -m benchmarks.pipeline --set flushDiskType=SYNC_FLUSH  # each read's sends released as one fsync would
 """
 
 from __future__ import annotations
@@ -60,11 +61,16 @@ def run_once(sends: int, settings: dict[str, str], serialize: str = "json", queu
             ]
             if serialize == "rocketmq":
                 chunks = [_as_rocketmq(chunk) for chunk in chunks]
+            # SYNC_FLUSH: no reactor runs the group commit here, so each read's waiting sends are released as the
+            # fsync of its round would release them (the fsync itself is not measured).
+            flush = broker.flush_service if store_cfg.flushDiskType == "SYNC_FLUSH" else None
             done = 0
             started = time.process_time()
             while done < sends:
                 for chunk in chunks:
                     protocol.dataReceived(chunk)
+                    if flush is not None:
+                        flush._waiters.release(broker.store.max_phy_offset)
                     done += batch
                 transport.clear()
             return (time.process_time() - started) / done * 1e6
