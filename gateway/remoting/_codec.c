@@ -27,11 +27,12 @@ static PyObject *EncodeJsonPy;       /* the Python encode_json_header, for the u
 static PyObject *EmptyBytes;
 static PyObject *BodyName;           /* "body" */
 static PyObject *Zero;               /* 0 */
-/* The JSON header's keys, interned once: code, opaque, flag, version (ints), language, remark, extFields, and
- * serializeTypeCurrentRPC with its value "JSON" and the default language "JAVA". */
-enum { J_CODE, J_OPAQUE, J_FLAG, J_VERSION, J_LANGUAGE, J_REMARK, J_EXT, J_STYPE, J_JSON, J_JAVA, N_JSON };
+/* The JSON header's keys, interned once, in RemotingCommand's argument order up to extFields: code, opaque, flag,
+ * language, version, remark, extFields; then serializeTypeCurrentRPC with its value "JSON" and the default
+ * language "JAVA". */
+enum { J_CODE, J_OPAQUE, J_FLAG, J_LANGUAGE, J_VERSION, J_REMARK, J_EXT, J_STYPE, J_JSON, J_JAVA, N_JSON };
 static const char *const JsonNames[N_JSON] = {"code",      "opaque",    "flag",
-                                              "version",   "language",  "remark",
+                                              "language",  "version",   "remark",
                                               "extFields", "serializeTypeCurrentRPC", "JSON", "JAVA"};
 static PyObject *JsonKeys[N_JSON];
 
@@ -197,6 +198,15 @@ codec_decode_rocketmq_header(PyObject *self, PyObject *arg)
     return result;
 }
 
+/* cmd from a Python decoder, with its body set (NULL as it came, or on failure). */
+static PyObject *
+with_body(PyObject *cmd, PyObject *body)
+{
+    if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
+        Py_CLEAR(cmd);
+    return cmd;
+}
+
 /* Whether every value of the dict is exactly a str (what Java peers send in extFields). */
 static int
 all_str_values(PyObject *dict)
@@ -215,23 +225,23 @@ all_str_values(PyObject *dict)
 static PyObject *
 json_command(PyObject *obj, PyObject *body)
 {
-    PyObject *args[8];
+    PyObject *args[8]; /* RemotingCommand(code, opaque, flag, language, version, remark, ext_fields, body) */
     if (!PyDict_CheckExact(obj))
         goto python;
     for (int j = J_CODE; j <= J_EXT; j++) {
         PyObject *v = PyDict_GetItemWithError(obj, JsonKeys[j]);
         if (v == NULL && PyErr_Occurred())
             return NULL;
-        if (j <= J_VERSION) {
-            if (v == NULL)
-                v = Zero;
-            else if (!PyLong_CheckExact(v))
-                goto python;
-        }
-        else if (j == J_LANGUAGE) {
+        if (j == J_LANGUAGE) {
             if (v == NULL)
                 v = JsonKeys[J_JAVA];
             else if (!PyUnicode_CheckExact(v))
+                goto python;
+        }
+        else if (j < J_REMARK) { /* code, opaque, flag, version */
+            if (v == NULL)
+                v = Zero;
+            else if (!PyLong_CheckExact(v))
                 goto python;
         }
         else if (v == NULL || v == Py_None)
@@ -240,15 +250,10 @@ json_command(PyObject *obj, PyObject *body)
             goto python;
         args[j] = v;
     }
-    /* RemotingCommand(code, opaque, flag, language, version, remark, ext_fields, body) */
-    PyObject *ordered[8] = {args[J_CODE],   args[J_OPAQUE], args[J_FLAG], args[J_LANGUAGE],
-                            args[J_VERSION], args[J_REMARK], args[J_EXT],  body};
-    return PyObject_Vectorcall(Command, ordered, 8, NULL);
-python:;
-    PyObject *cmd = PyObject_CallOneArg(JsonCommandPy, obj);
-    if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
-        Py_CLEAR(cmd);
-    return cmd;
+    args[7] = body;
+    return PyObject_Vectorcall(Command, args, 8, NULL);
+python:
+    return with_body(PyObject_CallOneArg(JsonCommandPy, obj), body);
 }
 
 /* A command from a JSON header: orjson parses it, json_command builds it; a header orjson refuses goes to
@@ -266,9 +271,7 @@ decode_json(const unsigned char *p, Py_ssize_t n, PyObject *body)
     }
     else if (PyErr_ExceptionMatches(PyExc_ValueError)) { /* orjson.JSONDecodeError */
         PyErr_Clear();
-        cmd = PyObject_CallOneArg(DecodeJsonHeader, header);
-        if (cmd != NULL && body != EmptyBytes && PyObject_SetAttr(cmd, BodyName, body) < 0)
-            Py_CLEAR(cmd);
+        cmd = with_body(PyObject_CallOneArg(DecodeJsonHeader, header), body);
     }
     Py_DECREF(header);
     return cmd;

@@ -239,11 +239,10 @@ class FlushService:
         self._commit_d = None
         log.error("commitlog flush failed: %s", failure.getTraceback())
 
-    def wait_for_flush(self, offset: int, flushed: Any = True, timed_out: Any = False) -> defer.Deferred[Any]:
-        """Fires ``flushed`` once commitlog data up to ``offset`` is durable, ``timed_out`` after
-        ``syncFlushTimeout`` (True and False unless the caller names its own values)."""
-        d: defer.Deferred[Any] = defer.Deferred()
-        now = self.notify_flush(offset, d.callback, flushed, timed_out)
+    def wait_for_flush(self, offset: int) -> defer.Deferred[bool]:
+        """Fires True once commitlog data up to ``offset`` is durable, False after ``syncFlushTimeout``."""
+        d: defer.Deferred[bool] = defer.Deferred()
+        now = self.notify_flush(offset, d.callback, True, False)
         if now is not None:
             d.callback(now)
         return d

@@ -2,16 +2,15 @@
 
 Apache's GroupCommitService and GroupTransferService: each waiter wants an offset and has a deadline; one
 event (an fsync done, a slave's report) answers every waiter it covers, and one timer answers the rest
-with False as their deadlines pass. Nothing blocks: a waiter is a callback (or a Deferred).
+with False as their deadlines pass. Nothing blocks: a waiter is a callback.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from twisted.internet import defer
 from twisted.logger import Logger
 
 log = Logger()
@@ -42,12 +41,6 @@ class OffsetWaiters:
         if self._timer is None:
             self._timer = self._clock.callLater(timeout, self.expire)
 
-    def wait(self, offset: int, timeout: float, reached: Any = True, expired: Any = False) -> defer.Deferred[Any]:
-        """A Deferred for ``offset``: ``reached`` once released up to it, ``expired`` after ``timeout`` seconds."""
-        d: defer.Deferred[Any] = defer.Deferred()
-        self.add(offset, timeout, d.callback, reached, expired)
-        return d
-
     def release(self, reached: int) -> None:
         """Everything up to ``reached`` is there: answer True to the waiters it covers."""
         waiters = self._waiters
@@ -60,7 +53,7 @@ class OffsetWaiters:
         if not self._waiters and self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        _answer(done, 3)  # last: a callback may add a new waiter
+        _call_back((w[2], w[3]) for w in done)  # last: a callback may add a new waiter
 
     def expire(self, everything: bool = False) -> None:
         """Answer the waiters past their deadline (all of them with ``everything``) with their ``expired`` value."""
@@ -73,13 +66,13 @@ class OffsetWaiters:
             expired.append(self._waiters.popleft())
         if self._waiters:
             self._timer = self._clock.callLater(max(self._waiters[0][1] - now, 0), self.expire)
-        _answer(expired, 4)
+        _call_back((w[2], w[4]) for w in expired)
 
 
-def _answer(waiters: list[tuple[int, float, Callable[[Any], object], Any, Any]], value_at: int) -> None:
-    """Call each waiter's callback with its value at ``value_at``; one that raises is logged, the rest still run."""
-    for waiter in waiters:
+def _call_back(answers: Iterable[tuple[Callable[[Any], object], Any]]) -> None:
+    """Call each callback with its value; one that raises is logged, the rest still run."""
+    for callback, value in answers:
         try:
-            waiter[2](waiter[value_at])
+            callback(value)
         except Exception:
             log.failure("a waiter's callback failed")

@@ -97,7 +97,7 @@ def test_offset_waiters_release_and_expire_in_order() -> None:
     waiters = OffsetWaiters(clock)
     got: list[tuple[int, bool]] = []
     for offset in (10, 20, 30):
-        waiters.wait(offset, 1.0).addCallback(lambda ok, o=offset: got.append((o, ok)))
+        waiters.add(offset, 1.0, lambda ok, o=offset: got.append((o, ok)))
         clock.advance(0.3)
     waiters.release(20)
     assert got == [(10, True), (20, True)]
@@ -111,8 +111,8 @@ def test_offset_waiters_answer_with_the_values_each_waiter_names() -> None:
     clock = task.Clock()
     waiters = OffsetWaiters(clock)
     got: list[str] = []
-    waiters.wait(10, 1.0, "stored", "late").addCallback(got.append)
-    waiters.wait(20, 1.0, "stored", "late").addCallback(got.append)
+    waiters.add(10, 1.0, got.append, "stored", "late")
+    waiters.add(20, 1.0, got.append, "stored", "late")
     waiters.release(15)
     clock.advance(1.0)
     assert got == ["stored", "late"]

@@ -154,7 +154,7 @@ class HAConnection(Protocol):
 class HAService(Factory):
     """Accepts slaves and pushes new commitlog data to them; ``wakeup`` after appends pushes at once.
 
-    For SYNC_MASTER it also answers sends waiting for a slave (``wait_for_replica``, GroupTransferService).
+    For SYNC_MASTER it also answers sends waiting for a slave (``notify_replica``, GroupTransferService).
     """
 
     # Apache's WriteSocketService also polls every 100 ms when nobody wakes it.
@@ -244,18 +244,9 @@ class HAService(Factory):
             bool(self.connections) and master_put_where - self.push_to_slave_max_offset < self.config.haMaxGapNotInSync
         )
 
-    def wait_for_replica(self, offset: int, replicated: Any = True, timed_out: Any = False) -> Deferred[Any]:
-        """``replicated`` once a slave reports ``offset``, ``timed_out`` after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT);
-        True and False unless the caller names its own values."""
-        d: Deferred[Any] = Deferred()
-        now = self.notify_replica(offset, d.callback, replicated, timed_out)
-        if now is not None:
-            d.callback(now)
-        return d
-
     def notify_replica(self, offset: int, callback: Callable[[Any], object], replicated: Any, timed_out: Any) -> Any:
-        """``wait_for_replica`` without a Deferred, for a send: the answer now if there is one, else None and
-        ``callback`` gets it later. Neither value may be None."""
+        """``replicated`` once a slave reports ``offset``, ``timed_out`` after ``slaveTimeout`` (FLUSH_SLAVE_TIMEOUT):
+        the answer now if there is one, else None and ``callback`` gets it later. Neither value may be None."""
         if self.acknowledged_offset() >= offset:
             return replicated
         if self.port is None:
