@@ -101,36 +101,58 @@ def apache_classpath(home: Path) -> str:
     return os.pathsep.join(str(j) for j in jars)
 
 
+def _apache_process(
+    home: Path, user_home: Path, main: str, conf: Path, heap: str, jvm: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """Apache's ``main`` from ``home`` with ``-c conf``, its output in ``conf`` with the suffix ``.out``."""
+    command = apache_java_argv(
+        main,
+        conf,
+        classpath=apache_classpath(home),
+        heap=heap,
+        jvm=[f"-Duser.home={user_home}", f"-Drocketmq.home.dir={home}", *G1, *jvm],
+    )
+    with open(conf.with_suffix(".out"), "wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, ROCKETMQ_HOME=str(home))
+        )
+
+
 def start_apache(home: Path, root: Path, broker_lines: dict[str, str], heap: str) -> Pair:
     """Apache's NamesrvStartup and BrokerStartup from ``home`` with stores and logs under ``root``."""
-    ns_port, broker_port = free_port(), free_broker_port()
+    ns_port = free_port()
     (root / "namesrv.properties").write_text(f"listenPort={ns_port}\nkvConfigPath={root / 'kv.json'}\n")
+    namesrv = _apache_process(home, root, NAMESRV_STARTUP, root / "namesrv.properties", "256m", ["-Xmn128m"])
+    namesrv_addr = f"127.0.0.1:{ns_port}"
+    broker, broker_addr = start_apache_broker(home, root, "broker", namesrv_addr, broker_lines, heap)
+    return Pair("apache", namesrv_addr, broker_addr, [namesrv, broker])
+
+
+def start_apache_broker(
+    home: Path, root: Path, name: str, namesrv: str, broker_lines: dict[str, str], heap: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Apache's BrokerStartup from ``home``, registering with ``namesrv``: a master of ``broker-a`` unless
+    ``broker_lines`` say otherwise; its store and logs under ``root`` (``root/{name}`` for a name other than
+    ``broker``), its config and output as ``root/{name}.conf`` and ``.out``. Returns the process and its address."""
+    port = free_broker_port()
+    user_home = root if name == "broker" else root / name
+    user_home.mkdir(parents=True, exist_ok=True)
+    store = user_home / "store"
     lines = {
         "brokerClusterName": "DefaultCluster",
         "brokerName": "broker-a",
         "brokerId": "0",
         "brokerIP1": "127.0.0.1",
-        "listenPort": str(broker_port),
-        "namesrvAddr": f"127.0.0.1:{ns_port}",
-        "storePathRootDir": str(root / "store"),
-        "storePathCommitLog": str(root / "store" / "commitlog"),
+        "listenPort": str(port),
+        "namesrvAddr": namesrv,
+        "storePathRootDir": str(store),
+        "storePathCommitLog": str(store / "commitlog"),
         "mappedFileSizeCommitLog": str(64 << 20),
         "autoCreateTopicEnable": "true",
         **broker_lines,
     }
-    (root / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-    cp = apache_classpath(home)
-    env = dict(os.environ, ROCKETMQ_HOME=str(home))
-    jvm = [f"-Duser.home={root}", f"-Drocketmq.home.dir={home}", *G1]
-    commands = [
-        apache_java_argv(NAMESRV_STARTUP, root / "namesrv.properties", classpath=cp, jvm=["-Xmn128m", *jvm]),
-        apache_java_argv(BROKER_STARTUP, root / "broker.conf", classpath=cp, heap=heap, jvm=jvm),
-    ]
-    procs = []
-    for name, command in zip(("namesrv", "broker"), commands, strict=True):
-        with open(root / f"{name}.out", "wb") as log:  # the child keeps its own descriptor
-            procs.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
-    return Pair("apache", f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}", procs)
+    (root / f"{name}.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    return _apache_process(home, user_home, BROKER_STARTUP, root / f"{name}.conf", heap), f"127.0.0.1:{port}"
 
 
 @contextlib.contextmanager
