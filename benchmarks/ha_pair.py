@@ -333,7 +333,10 @@ def measure(args: argparse.Namespace, target: str, mode: str) -> dict[str, Any]:
                     throughput.benchmark(_load_args(args, args.warmup), pair.namesrv, None, f"{target} warm-up")
             wait_caught_up(pair.master, pair.slave)
             with versus.affinity_kept():
-                return _sampled(args, mode, target, pair)
+                row = _sampled(args, mode, target, pair)
+            if args.java_producer and pair.master_pid is not None:
+                row["java"] = versus.java_send(args, pair.namesrv, pair.master_pid)
+            return row
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -348,35 +351,59 @@ def _slave_state(identical: bool | None) -> str:
     return "n/a " if identical is None else "same" if identical else "DIFFERS"
 
 
-def _median(rows: list[dict[str, Any]], key: str) -> float | None:
-    values = [r[key] for r in rows if r.get(key) is not None]
+def _median(rows: list[dict[str, Any]], path: tuple[str, ...]) -> float | None:
+    values = []
+    for r in rows:
+        for key in path:
+            r = r.get(key) if r is not None else None
+        if r is not None:
+            values.append(r)
     return statistics.median(values) if values else None
+
+
+_RATIOS = (
+    (("rate",), "msgs/s"),
+    (("p50_ms",), "p50"),
+    (("p99_ms",), "p99"),
+    (("master_cpu_per_10k",), "CPU"),
+    (("java", "rate"), "Java msgs/s"),
+    (("java", "producer_avg_rt_ms"), "RT"),
+    (("java", "cpu_per_10k"), "CPU"),
+)
 
 
 def render(rows: list[dict[str, Any]]) -> str:
     """Every run's figures, then for each mode the medians of ours and Apache's and their ratios."""
     lines = [
         f"{'mode':13} {'target':7} {'msgs/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'CPU/10k m+s':>12} "
-        f"{'lag p50/p90/max MB':>20}  slave"
+        f"{'lag p50/p90/max MB':>20}  slave  {'Java msgs/s, RT ms, CPU/10k':>27}"
     ]
     for r in rows:
         lag = r["lag"]
         cpu = "/".join(f"{r[k]:.2f}" if r[k] is not None else "-" for k in ("master_cpu_per_10k", "slave_cpu_per_10k"))
+        java = r.get("java")
+        java_text = (
+            f"{java['rate']:8.0f}, {java['producer_avg_rt_ms'] or 0:5.2f}, {java['cpu_per_10k'] or 0:5.2f}"
+            if java
+            else ""
+        )
         lines.append(
             f"{r['mode']:13} {r['target']:7} {r['rate']:8.0f} {r['p50_ms'] or 0:7.2f} {r['p99_ms'] or 0:7.2f} "
-            f"{cpu:>12} {lag['p50_mb']:6.2f}/{lag['p90_mb']:5.2f}/{lag['max_mb']:6.2f}  {_slave_state(r['identical'])}"
+            f"{cpu:>12} {lag['p50_mb']:6.2f}/{lag['p90_mb']:5.2f}/{lag['max_mb']:6.2f}  "
+            f"{_slave_state(r['identical'])}  {java_text:>27}"
         )
     modes = dict.fromkeys(r["mode"] for r in rows)
     if {r["target"] for r in rows} >= {"ours", "apache"}:
         lines.append("")
-        lines.append("ours/Apache, medians (goal: rate >= 1.0; latency and master CPU <= 1.0)")
+        lines.append("ours/Apache, medians (goal: rates >= 1.0; latency, RT and master CPU <= 1.0)")
         for mode in modes:
             ours = [r for r in rows if r["mode"] == mode and r["target"] == "ours"]
             apache = [r for r in rows if r["mode"] == mode and r["target"] == "apache"]
             parts = []
-            for key, label in (("rate", "msgs/s"), ("p50_ms", "p50"), ("p99_ms", "p99"), ("master_cpu_per_10k", "CPU")):
-                a, b = _median(ours, key), _median(apache, key)
-                parts.append(f"{label} {a / b:.2f}" if a is not None and b else f"{label} -")
+            for path, label in _RATIOS:
+                a, b = _median(ours, path), _median(apache, path)
+                if a is not None and b:
+                    parts.append(f"{label} {a / b:.2f}")
             lines.append(f"  {mode:13} " + ", ".join(parts))
     return "\n".join(lines)
 
@@ -392,6 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--apache-home", type=Path, help="an Apache RocketMQ 4.9.8 distribution: its pairs too")
     p.add_argument("--apache-heap", default="1g", help="Apache brokers' -Xms/-Xmx (default 1g)")
     p.add_argument("--rounds", type=int, default=1, help="rounds, the order of the targets alternating (default 1)")
+    p.add_argument("--no-java-producer", dest="java_producer", action="store_false", help="skip Apache's Producer")
+    p.add_argument("--java-threads", type=int, default=16, help="the Java Producer's threads (default 16)")
+    p.add_argument("--java-warmup", type=float, default=8.0, help="seconds before the Java window (default 8)")
     p.add_argument("--namesrv", help="a running pair's NameServer (with --master, --slave; --modes names its mode)")
     p.add_argument("--master", help="HOST:PORT of the running master")
     p.add_argument("--slave", help="HOST:PORT of the running slave")
@@ -400,7 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.namesrv and not (args.master and args.slave and "," not in args.modes):
         p.error("--namesrv needs --master, --slave and the pair's one mode in --modes")
-    if args.apache_home is not None and not list((args.apache_home / "lib").glob("*.jar")):
+    if args.apache_home is None:
+        args.java_producer = False
+    elif not list((args.apache_home / "lib").glob("*.jar")):
         p.error(f"--apache-home: no jars in {args.apache_home / 'lib'}")
     targets = ["ours", "apache"] if args.apache_home else ["ours"]
     rows = []
@@ -420,7 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     print(render(rows))
     if args.save:
         Path(args.save).write_text(json.dumps(rows, indent=2) + "\n")
-    return 0 if all(r["identical"] is not False and not r["errors"] for r in rows) else 1
+    clean = all(
+        r["identical"] is not False and not r["errors"] and not r.get("java", {}).get("producer_failed") for r in rows
+    )
+    return 0 if clean else 1
 
 
 if __name__ == "__main__":

@@ -207,15 +207,15 @@ def _stored(queues: list[QueueRef]) -> int:
     return sum(max_offset(q, TOPIC) for q in queues)
 
 
-def java_send(args: argparse.Namespace, pair: Pair) -> dict[str, Any]:
-    """Apache's benchmark Producer (``--java-threads`` threads, 1 KB) against ``pair``: after
-    ``--java-warmup`` seconds, messages stored and broker CPU over ``--duration`` seconds."""
-    queues = ensure_topic(pair.namesrv, TOPIC, 8, "admin", SendFrameBuilder(TOPIC, "pg", "TagA", b"x", 8))
+def java_send(args: argparse.Namespace, namesrv: str, broker_pid: int) -> dict[str, Any]:
+    """Apache's benchmark Producer (``--java-threads`` threads, 1 KB) against the broker of ``namesrv``: after
+    ``--java-warmup`` seconds, messages stored and the CPU of process ``broker_pid`` over ``--duration`` seconds."""
+    queues = ensure_topic(namesrv, TOPIC, 8, "admin", SendFrameBuilder(TOPIC, "pg", "TagA", b"x", 8))
     root = Path(tempfile.mkdtemp(prefix="rmq-versus-producer-"))
     command = [
         jdk_tool("java"), "-server", "-Xms1g", "-Xmx1g", "-Xmn256m", f"-Duser.home={root}", *OPENS,
         "-cp", apache_classpath(args.apache_home), JAVA_PRODUCER,
-        "-n", pair.namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024",
+        "-n", namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024",
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[bytes] = []
@@ -225,7 +225,7 @@ def java_send(args: argparse.Namespace, pair: Pair) -> dict[str, Any]:
         time.sleep(args.java_warmup)
         if proc.poll() is not None:
             raise SetupError("the Java Producer exited:\n" + b"".join(lines).decode(errors="replace")[-3000:])
-        meter = throughput.CpuMeter(pair.broker_pid)
+        meter = throughput.CpuMeter(broker_pid)
         first = _stored(queues)
         meter.start()
         started = time.monotonic()
@@ -267,7 +267,7 @@ def one_target(args: argparse.Namespace, target: str, first_round: bool) -> dict
             res = python_send(args, pair, drain=True)
             out[flush] = {"send": _send_figures(res["send"]), "drain": _drain_figures(res["drain"])}
             if args.java_producer:
-                out[flush]["java"] = java_send(args, pair)
+                out[flush]["java"] = java_send(args, pair.namesrv, pair.broker_pid)
             if flush == "ASYNC_FLUSH" and first_round and not args.no_scaling:
                 for cpus, gen in (("0", ["--generator-cpus", "1"]), ("0,1", [])):
                     r = python_send(args, pair, drain=False, extra=["--broker-cpus", cpus, *gen])
