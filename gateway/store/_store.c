@@ -114,6 +114,108 @@ done:
     return result;
 }
 
+#define MESSAGE_MAGIC_CODE ((int32_t)0xDAA320A7)
+#define BLANK_MAGIC_CODE ((int32_t)0xCBD43194)
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+#define MIN_RECORD_SIZE (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2)
+
+/* parse_record(view, pos, file_from_offset) -> the record at view[pos:] as commit_log.py's
+ * check_message_and_return_size reads it: (topic, queue_id, physical offset, size, store timestamp, queue offset,
+ * sys flag, properties, body position, body length, body CRC); None for the end-of-segment blank; a str saying what
+ * is wrong with anything else (the same words as the Python checks). */
+static PyObject *
+parse_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "parse_record takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long long from = PyLong_AsLongLong(args[2]);
+    if ((pos == -1 || from == -1) && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const unsigned char *b = view.buf;
+    Py_ssize_t limit = view.len;
+    long long at = from + pos;
+    PyObject *result = NULL;
+    if (pos < 0 || pos > limit - 8) {
+        result = PyUnicode_FromFormat("no room for a record at %lld", at);
+        goto done;
+    }
+    int32_t total = get32(b + pos), magic = get32(b + pos + 4);
+    if (magic == BLANK_MAGIC_CODE) {
+        result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (magic != MESSAGE_MAGIC_CODE) {
+        result = PyUnicode_FromFormat("bad magic code 0x%x at %lld", (unsigned int)magic, at);
+        goto done;
+    }
+    if (total < MIN_RECORD_SIZE || total > limit - pos) {
+        result = PyUnicode_FromFormat("bad record size %d at %lld", (int)total, at);
+        goto done;
+    }
+    Py_ssize_t end = pos + total;
+    const unsigned char *r = b + pos;
+    int32_t crc = get32(r + 8), queue_id = get32(r + 12);
+    int64_t queue_offset = ((int64_t)get32(r + 20) << 32) | (uint32_t)get32(r + 24);
+    int64_t phy = ((int64_t)get32(r + 28) << 32) | (uint32_t)get32(r + 32);
+    int32_t sys_flag = get32(r + 36);
+    if (phy != at) {
+        result = PyUnicode_FromFormat("record at %lld says it is at %lld", at, (long long)phy);
+        goto done;
+    }
+    /* MIN_RECORD_SIZE covers every fixed field with v4 hosts; v6 hosts add 12 bytes each, checked below. */
+    Py_ssize_t p = pos + 48 + ((sys_flag & BORNHOST_V6_FLAG) ? 20 : 8);
+    if (p + 8 > end) {
+        result = PyUnicode_FromFormat("bad record size %d at %lld", (int)total, at);
+        goto done;
+    }
+    int64_t store_timestamp = ((int64_t)get32(b + p) << 32) | (uint32_t)get32(b + p + 4);
+    p += 8 + ((sys_flag & STOREHOSTADDRESS_V6_FLAG) ? 20 : 8) + 4 + 8;
+    if (p + 4 > end) {
+        result = PyUnicode_FromFormat("bad record size %d at %lld", (int)total, at);
+        goto done;
+    }
+    int32_t body_len = get32(b + p);
+    p += 4;
+    Py_ssize_t body_at = p;
+    if (body_len < 0 || body_len > end - p - 3) {
+        result = PyUnicode_FromFormat("bad body length %d at %lld", (int)body_len, at);
+        goto done;
+    }
+    p += body_len;
+    int topic_len = b[p];
+    p += 1;
+    Py_ssize_t topic_at = p;
+    if (topic_len > end - p - 2) {
+        result = PyUnicode_FromFormat("bad topic length %d at %lld", topic_len, at);
+        goto done;
+    }
+    p += topic_len;
+    int props_len = get16(b + p);
+    p += 2;
+    if (props_len < 0 || p + props_len != end) {
+        result = PyUnicode_FromFormat("record size %d does not match its fields at %lld", (int)total, at);
+        goto done;
+    }
+    PyObject *topic = PyUnicode_DecodeUTF8((const char *)b + topic_at, topic_len, "replace");
+    PyObject *props = topic == NULL ? NULL : PyUnicode_DecodeUTF8((const char *)b + p, props_len, "replace");
+    if (props != NULL)
+        result = Py_BuildValue("(NiLiLLiNnii)", topic, (int)queue_id, (long long)phy, (int)total,
+                               (long long)store_timestamp, (long long)queue_offset, (int)sys_flag, props, body_at,
+                               (int)body_len, (int)crc);
+    else
+        Py_XDECREF(topic);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* Java's String.hashCode over UTF-16 code units, folded into h: a key's hash is the fold over the topic, '#' and the
  * key, with no string built. -1 for a surrogate code point (Python cannot encode it as UTF-16; the Python path
  * raises for it). */
@@ -503,6 +605,8 @@ static PyTypeObject FsyncThreadType = {
 static PyMethodDef methods[] = {
     {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
      "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
+    {"parse_record", (PyCFunction)(void (*)(void))parse_record, METH_FASTCALL,
+     "parse_record(view, pos, file_from_offset) -> fields of the record at pos, None (blank) or what is wrong."},
     {"index_message", (PyCFunction)(void (*)(void))index_message, METH_FASTCALL,
      "index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header."},
     {NULL, NULL, 0, NULL},

@@ -9,6 +9,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.remoting.message import (
     BLANK_MAGIC_CODE,
@@ -82,6 +83,67 @@ class DispatchRequest:
     properties: str
 
 
+def parse_record(view: memoryview, pos: int, file_from_offset: int) -> tuple[Any, ...] | str | None:
+    """The record at ``pos`` of a segment: (topic, queue_id, physical offset, size, store timestamp, queue offset,
+    sys flag, properties, body position, body length, body CRC); None for the end-of-segment blank; what is wrong,
+    as a str, for anything else. The C store's ``parse_record`` does the same where it was built."""
+    limit = len(view)
+    at = file_from_offset + pos
+    if pos + END_FILE_MIN_BLANK_LENGTH > limit:
+        return f"no room for a record at {at}"
+    total, magic = _II.unpack_from(view, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return None
+    if magic != MESSAGE_MAGIC_CODE:
+        return f"bad magic code {magic & 0xFFFFFFFF:#x} at {at}"
+    end = pos + total
+    if total < MIN_RECORD_SIZE or end > limit:
+        return f"bad record size {total} at {at}"
+    _, _, crc, queue_id, _, queue_offset, phy, sys_flag, _ = _PREFIX.unpack_from(view, pos)
+    if phy != at:
+        return f"record at {at} says it is at {phy}"
+    # MIN_RECORD_SIZE covers every fixed field with IPv4 hosts; IPv6 hosts take 12 bytes more each.
+    p = pos + _BORN_HOST_POS + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8)
+    if p + 8 > end:
+        return f"bad record size {total} at {at}"
+    (store_timestamp,) = _Q.unpack_from(view, p)
+    p += 8 + (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + 4 + 8
+    if p + 4 > end:
+        return f"bad record size {total} at {at}"
+    (body_len,) = _I.unpack_from(view, p)
+    p += 4
+    body_at = p
+    p += body_len
+    if body_len < 0 or p + 3 > end:
+        return f"bad body length {body_len} at {at}"
+    topic_len = view[p]
+    p += 1
+    topic_at = p
+    p += topic_len
+    if p + 2 > end:
+        return f"bad topic length {topic_len} at {at}"
+    (props_len,) = _H.unpack_from(view, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return f"record size {total} does not match its fields at {at}"
+    return (
+        str(view[topic_at : topic_at + topic_len], "utf-8", "replace"),
+        queue_id,
+        phy,
+        total,
+        store_timestamp,
+        queue_offset,
+        sys_flag,
+        str(view[p:end], "utf-8", "replace"),
+        body_at,
+        body_len,
+        crc,
+    )
+
+
+_parse_record = _c_store.parse_record if _c_store is not None else parse_record
+
+
 def check_message_and_return_size(
     view: memoryview, pos: int, file_from_offset: int, check_crc: bool
 ) -> DispatchRequest | None:
@@ -90,51 +152,15 @@ def check_message_and_return_size(
     Raises CorruptRecordError for anything else that is not a whole, consistent record.  Besides Java's
     checks (magic, CRC, computed length) the stored physical offset must equal the record's position.
     """
-    limit = len(view)
-    if pos + END_FILE_MIN_BLANK_LENGTH > limit:
-        raise CorruptRecordError(f"no room for a record at {file_from_offset + pos}")
-    total, magic = _II.unpack_from(view, pos)
-    if magic == BLANK_MAGIC_CODE:
+    fields = _parse_record(view, pos, file_from_offset)
+    if fields is None:
         return None
-    if magic != MESSAGE_MAGIC_CODE:
-        raise CorruptRecordError(f"bad magic code {magic & 0xFFFFFFFF:#x} at {file_from_offset + pos}")
-    end = pos + total
-    if total < MIN_RECORD_SIZE or end > limit:
-        raise CorruptRecordError(f"bad record size {total} at {file_from_offset + pos}")
-    _, _, crc, queue_id, _, queue_offset, phy, sys_flag, _ = _PREFIX.unpack_from(view, pos)
-    if phy != file_from_offset + pos:
-        raise CorruptRecordError(f"record at {file_from_offset + pos} says it is at {phy}")
-    p = pos + _BORN_HOST_POS + (20 if sys_flag & MessageSysFlag.BORNHOST_V6_FLAG else 8)
-    (store_timestamp,) = _Q.unpack_from(view, p)
-    p += 8 + (20 if sys_flag & MessageSysFlag.STOREHOSTADDRESS_V6_FLAG else 8) + 4 + 8
-    (body_len,) = _I.unpack_from(view, p)
-    p += 4
-    body_at = p
-    p += body_len
-    if body_len < 0 or p + 3 > end:
-        raise CorruptRecordError(f"bad body length {body_len} at {file_from_offset + pos}")
-    topic_len = view[p]
-    p += 1
-    topic_at = p
-    p += topic_len
-    if p + 2 > end:
-        raise CorruptRecordError(f"bad topic length {topic_len} at {file_from_offset + pos}")
-    (props_len,) = _H.unpack_from(view, p)
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        raise CorruptRecordError(f"record size {total} does not match its fields at {file_from_offset + pos}")
+    if type(fields) is str:
+        raise CorruptRecordError(fields)
+    topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties, body_at, body_len, crc = fields
     if check_crc and zlib.crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF != crc:
-        raise CorruptRecordError(f"body CRC mismatch at {file_from_offset + pos}")
-    return DispatchRequest(
-        topic=str(view[topic_at : topic_at + topic_len], "utf-8", "replace"),
-        queue_id=queue_id,
-        commit_log_offset=phy,
-        msg_size=total,
-        store_timestamp=store_timestamp,
-        consume_queue_offset=queue_offset,
-        sys_flag=sys_flag,
-        properties=str(view[p:end], "utf-8", "replace"),
-    )
+        raise CorruptRecordError(f"body CRC mismatch at {phy}")
+    return DispatchRequest(topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties)
 
 
 class CommitLog:

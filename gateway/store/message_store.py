@@ -16,7 +16,13 @@ import shutil
 import struct
 from collections.abc import Iterable
 
-from gateway.remoting.message import MESSAGE_MAGIC_CODE, MessageConst, string_to_properties, tags_code
+from gateway.remoting.message import (
+    MESSAGE_MAGIC_CODE,
+    NAME_VALUE_SEPARATOR,
+    MessageConst,
+    property_value,
+    tags_code,
+)
 
 from .api import (
     ArrivingListener,
@@ -48,6 +54,8 @@ log = logging.getLogger(__name__)
 
 TOTAL_PHYSICAL_MEMORY_SIZE = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+_TAGS_SEP = MessageConst.TAGS + NAME_VALUE_SEPARATOR
+_DELAY_SEP = MessageConst.DELAY_TIME_LEVEL + NAME_VALUE_SEPARATOR
 
 _UNIT = struct.Struct(">qiq")
 _II = struct.Struct(">ii")
@@ -339,33 +347,44 @@ class DefaultMessageStore:
         cl = self.commit_log
         end = cl.max_offset
         self._reput_from = max(self._reput_from, cl.min_offset)
+        dispatch, tags_code_of, queue_table = self._dispatch, self._tags_code_of, cl.topic_queue_table
         while self._reput_from < end:
             f = cl.queue.find_mapped_file_by_offset(self._reput_from)
             if f is None:
                 return
-            pos = self._reput_from - f.file_from_offset
-            try:
-                req = check_message_and_return_size(f.view[: end - f.file_from_offset], pos, f.file_from_offset, False)
-            except CorruptRecordError:
-                return  # the rest of this record comes with the next transfer
-            if req is None:  # end-of-segment blank
-                self._reput_from = f.end_offset
-                continue
-            self._dispatch(
-                req.topic,
-                req.queue_id,
-                req.commit_log_offset,
-                req.msg_size,
-                self._tags_code_of(req),
-                req.consume_queue_offset,
-                req.store_timestamp,
-                req.sys_flag,
-                req.properties,
-            )
-            if is_dispatched(req.sys_flag):
-                cl.topic_queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
-            self._reput_from += req.msg_size
-            cl.tail = (self._reput_from, req.store_timestamp)
+            base = f.file_from_offset
+            view = f.view[: end - base]  # a record beyond ``end`` is not whole yet
+            pos = self._reput_from - base
+            while pos < len(view):
+                try:
+                    req = check_message_and_return_size(view, pos, base, False)
+                except CorruptRecordError:
+                    return  # the rest of this record comes with the next transfer
+                if req is None:  # end-of-segment blank
+                    self._reput_from = f.end_offset
+                    break
+                topic, sys_flag, properties, store_timestamp = (
+                    req.topic,
+                    req.sys_flag,
+                    req.properties,
+                    req.store_timestamp,
+                )
+                dispatch(
+                    topic,
+                    req.queue_id,
+                    req.commit_log_offset,
+                    req.msg_size,
+                    tags_code_of(topic, properties, store_timestamp),
+                    req.consume_queue_offset,
+                    store_timestamp,
+                    sys_flag,
+                    properties,
+                )
+                if is_dispatched(sys_flag):
+                    queue_table[(topic, req.queue_id)] = req.consume_queue_offset + 1
+                pos += req.msg_size
+                self._reput_from = base + pos
+                cl.tail = (self._reput_from, store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, made on first use; None for a topic that cannot name a directory of the store (a record
@@ -419,21 +438,26 @@ class DefaultMessageStore:
         if cq is None or req.commit_log_offset + req.msg_size <= cq.max_physic_offset:
             return False  # refused topic, or already indexed: skip parsing its properties
         written = cq.put_message_position_info(
-            req.commit_log_offset, req.msg_size, self._tags_code_of(req), req.consume_queue_offset
+            req.commit_log_offset,
+            req.msg_size,
+            self._tags_code_of(req.topic, req.properties, req.store_timestamp),
+            req.consume_queue_offset,
         )
         if written:
             self._logics_timestamp = req.store_timestamp
         return written
 
-    def _tags_code_of(self, req: DispatchRequest) -> int:
-        """The unit's tagsCode as Java derives it from a record: tag hash, or delivery time for delay messages."""
-        props = string_to_properties(req.properties)
-        if req.topic == RMQ_SYS_SCHEDULE_TOPIC and MessageConst.DELAY_TIME_LEVEL in props:
-            levels = self.config.delay_level_table()
-            level = min(int(props[MessageConst.DELAY_TIME_LEVEL]), len(levels))
-            if level > 0:
-                return req.store_timestamp + levels[level - 1]
-        return tags_code(props.get(MessageConst.TAGS))
+    def _tags_code_of(self, topic: str, properties: str, store_timestamp: int) -> int:
+        """A record's tagsCode as Java derives it: the tag hash, or the delivery time of a delay message. Its
+        properties are searched as the send path searches them (the first TAGS), not decoded."""
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            level_text = property_value(properties, _DELAY_SEP)
+            if level_text is not None:
+                levels = self.config.delay_level_table()
+                level = min(int(level_text), len(levels))
+                if level > 0:
+                    return store_timestamp + levels[level - 1]
+        return tags_code(property_value(properties, _TAGS_SEP))
 
     # -- read --------------------------------------------------------------------------------------------
 

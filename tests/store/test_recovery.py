@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.remoting.message import MessageSysFlag, decode_records
+from gateway.remoting.message import MessageSysFlag, decode_records, send_properties, tags_code
 from gateway.store import DefaultMessageStore, GetMessageStatus, StoreConfig, StoreLoadError
 from gateway.store.checkpoint import StoreCheckpoint
 
@@ -359,6 +359,27 @@ def test_schedule_topic_units_carry_the_delivery_time(config: StoreConfig) -> No
     try:
         unit = store.consume_queue_table[("SCHEDULE_TOPIC_XXXX", 2)].get_unit(0)
         assert unit is not None and unit[2] == r.append.store_timestamp + 10_000  # level 3 = 10s
+    finally:
+        store.shutdown()
+
+
+def test_rebuilt_units_take_the_tags_code_the_send_path_took(config: StoreConfig) -> None:
+    """A record whose properties name TAGS twice: the send path hashes the first, and so does recovery (and a
+    slave's dispatch), so a consume queue rebuilt from the commitlog filters as the master's did."""
+    store = DefaultMessageStore(config)
+    store.start()
+    msg = make_msg(tags=None)
+    msg.properties += "\x02TAGS\x01first\x02TAGS\x01second"
+    msg.tags_code = send_properties(msg.properties, "DefaultCluster")[1]
+    assert msg.tags_code == tags_code("first")
+    assert store.put_message(msg).append is not None
+    store.shutdown()
+    shutil.rmtree(config.consume_queue_root)
+    store = DefaultMessageStore(config)
+    store.start()
+    try:
+        unit = store.consume_queue_table[("TopicTest", 0)].get_unit(0)
+        assert unit is not None and unit[2] == tags_code("first")
     finally:
         store.shutdown()
 

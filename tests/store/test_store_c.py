@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.remoting.message import record_size
+from gateway.remoting.message import encode_record, record_size
 from gateway.store import commit_log, index_file
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.index_file import INDEX_HEADER_SIZE, IndexFile
@@ -225,3 +225,60 @@ def test_the_fsync_thread_syncs_what_it_is_asked_and_reports_each_request(tmp_pa
         thread.stop()
         os.close(read_fd)
         os.close(write_fd)
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> tuple[bytes, int, int]:
+    """A record (hosts IPv4 or IPv6, as its sys flag says or not), perhaps damaged or cut, at a position of a
+    segment, with bytes around it; and the segment's first offset."""
+    pos = draw(st.integers(0, 40))
+    base = draw(st.sampled_from([0, 1 << 30, 2**62]))
+    born, store = draw(st.sampled_from([8, 20])), draw(st.sampled_from([8, 20]))
+    sys_flag = draw(st.sampled_from([0x10 * (born == 20) | 0x20 * (store == 20)] * 4 + [0]) | INT32)
+    record = encode_record(
+        topic=draw(st.binary(max_size=130) | st.sampled_from([b"TopicA", "é".encode()])),
+        queue_id=draw(INT32),
+        flag=draw(INT32),
+        queue_offset=draw(INT64),
+        physical_offset=draw(st.sampled_from([base + pos] * 4 + [base + pos + 1]) | INT64),
+        sys_flag=sys_flag,
+        born_timestamp=draw(INT64),
+        born_host=bytes(born),
+        store_timestamp=draw(INT64),
+        store_host=bytes(store),
+        reconsume_times=draw(INT32),
+        prepared_transaction_offset=draw(INT64),
+        body=draw(st.binary(max_size=40)),
+        properties=draw(st.binary(max_size=40) | st.just(b"TAGS\x01a\x02KEYS\x01k")),
+    )
+    data = bytearray(draw(st.binary(max_size=40)).ljust(pos, b"\0")[:pos] + record + draw(st.binary(max_size=20)))
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):  # damage: a byte changed anywhere
+        at = draw(st.integers(0, len(data) - 1))
+        data[at] = draw(st.integers(0, 255))
+    if draw(st.sampled_from([False, False, True])):
+        data = data[: draw(st.integers(0, len(data)))]
+    if draw(st.sampled_from([False] * 9 + [True])):  # the blank that pads a segment's end
+        data[pos : pos + 8] = struct.pack(">ii", 8, -875286124)
+    return bytes(data), pos, base
+
+
+@needs_c
+@settings(max_examples=500, deadline=None, database=None)
+@given(segments())
+def test_parse_record_reads_what_python_reads(segment: tuple[bytes, int, int]) -> None:
+    data, pos, base = segment
+    view = memoryview(data)
+    assert C.parse_record(view, pos, base) == commit_log.parse_record(view, pos, base)
+
+
+def test_a_record_is_checked_before_its_fields_are_read() -> None:
+    """IPv6 hosts claimed by the sys flag of a record too short for them: a clear error, not a read past it."""
+    record = encode_record(
+        topic=b"", queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=0x30, born_timestamp=0,
+        born_host=bytes(8), store_timestamp=0, store_host=bytes(8), reconsume_times=0, prepared_transaction_offset=0,
+        body=b"", properties=b"",
+    )  # fmt: skip
+    for parse in {commit_log.parse_record, commit_log._parse_record}:
+        assert parse(memoryview(record), 0, 0) == f"bad record size {len(record)} at 0"
+    with pytest.raises(commit_log.CorruptRecordError, match="bad record size"):
+        commit_log.check_message_and_return_size(memoryview(record), 0, 0, True)
