@@ -94,7 +94,7 @@ def run_once(sends: int, settings: dict[str, str], serialize: str = "json", queu
 def run_replica(sends: int, settings: dict[str, str], transfer: int = 32 * 1024) -> float:
     """µs of process CPU per message a slave spends on the master's commitlog: appended in ``transfer``-byte
     pieces (as the master's HA frames carry it, never across a segment) and dispatched to consume queues and
-    the index (DefaultMessageStore.append_to_commit_log: what the slave's HA link calls for each frame)."""
+    the index (append_to_commit_log and dispatch_appended: what the slave's HA link calls for each frame)."""
     with tempfile.TemporaryDirectory() as master_root, tempfile.TemporaryDirectory() as slave_root:
         with _broker(master_root, settings) as master:
             _send(master, sends, "rocketmq", 8, 16)
@@ -114,6 +114,7 @@ def run_replica(sends: int, settings: dict[str, str], transfer: int = 32 * 1024)
             for offset, data in pieces:
                 if not store.append_to_commit_log(offset, data):
                     raise RuntimeError(f"the slave refused the transfer at {offset}")
+                store.dispatch_appended()
             seconds = time.process_time() - started
             if store.replicated_whole_records_end != end:
                 raise RuntimeError(f"the slave dispatched up to {store.replicated_whole_records_end}, not {end}")

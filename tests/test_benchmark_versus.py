@@ -1,4 +1,4 @@
-"""benchmarks/versus.py runs end to end on our servers (its figures are not checked here: benchmarks, not tests)."""
+"""The benchmarks run end to end on our servers (their figures are not checked here: benchmarks, not tests)."""
 
 from __future__ import annotations
 
@@ -22,3 +22,22 @@ def test_versus_runs_our_pair_and_verifies_its_drains(tmp_path: Path) -> None:
         assert ours[flush]["send"]["rate"] > 0
         assert ours[flush]["drain"]["verify"].startswith("OK")
     assert len(ours["loaded_rss_mb"]) == 2 and ours["idle_rss_one_process_mb"] > 0
+
+
+def test_ha_pair_runs_our_pair_and_compares_the_slave(tmp_path: Path) -> None:
+    out = tmp_path / "pair.json"
+    argv = [sys.executable, "-m", "benchmarks.ha_pair", "--modes", "SYNC_MASTER", "--duration", "1", "--warmup",
+            "0.5", "--save", str(out)]  # fmt: skip
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [row] = json.loads(out.read_text())
+    assert row["target"] == "ours" and row["rate"] > 0 and not row["errors"]
+    assert row["identical"] is True and row["slave_cpu_per_10k"] is not None
+
+
+def test_pipeline_measures_a_send_and_a_replicated_message() -> None:
+    for extra in ([], ["--replica"]):
+        argv = [sys.executable, "-m", "benchmarks.pipeline", "--runs", "1", "--sends", "4096", *extra]
+        run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert "us CPU per" in run.stdout

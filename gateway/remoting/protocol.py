@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from twisted.internet import error, tcp
+from twisted.internet import error
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory, Protocol
@@ -25,6 +25,7 @@ from .budget import MemoryBudget
 from .codec import FrameDecoder, ProtocolError, encode_parts
 from .codes import RPC_ONEWAY
 from .command import RemotingCommand
+from .direct import can_send_now, send_now
 from .dispatch import RequestDispatcher
 
 log = Logger()
@@ -97,8 +98,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         if self.idle_timeout:
             self.callLater = self.clock.callLater
             self.setTimeout(self.idle_timeout)
-        t = self.transport
-        self._direct = isinstance(t, tcp.Connection) and hasattr(t, "_tempDataLen") and hasattr(t, "_aborting")
+        self._direct = can_send_now(self.transport)
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if isinstance(self.factory, RemotingServerFactory):
@@ -220,22 +220,15 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             self._send_now(replies)
 
     def _send_now(self, parts: list[bytes]) -> None:
-        """Send the frames of one read or one reactor turn. Twisted would buffer them and send on the next
-        writable event (two epoll_ctl calls and a reactor turn each time); with nothing buffered before them
-        they go to the socket now, and only what the socket does not take is left to the transport."""
-        t = self.transport
-        if not self._direct or t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
-            t.writeSequence(parts)
+        """Send the frames of one read or one reactor turn: to the socket now when nothing is buffered before
+        them (:func:`~gateway.remoting.direct.send_now`)."""
+        if not self._direct:
+            self.transport.writeSequence(parts)
             self._charge_if_paused(parts)
             return
-        data = b"".join(parts)
-        sent = t.writeSomeData(data)
-        if isinstance(sent, Exception):  # the connection is gone: the transport finds out and closes it
-            sent = 0
-        if sent < len(data):
-            rest = [data[sent:]]
-            t.writeSequence(rest)
-            self._charge_if_paused(rest)
+        left = send_now(self.transport, parts)
+        if left:
+            self._charge_if_paused(left)
 
     def _charge_if_paused(self, parts: list[bytes]) -> None:
         if self._paused and self.budget is not None:

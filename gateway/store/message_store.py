@@ -311,13 +311,15 @@ class DefaultMessageStore:
         return self.commit_log.put_messages(msgs)
 
     def append_to_commit_log(self, phy_offset: int, data: bytes | memoryview) -> bool:
-        """Slave: append bytes replicated from the master at ``phy_offset`` and dispatch every record they
-        complete (DefaultMessageStore.appendToCommitLog + ReputMessageService).  False if the offset does not
-        continue the commitlog."""
-        if not self.running or not self.commit_log.append_data(phy_offset, data):
-            return False
+        """Slave: append bytes replicated from the master at ``phy_offset`` (DefaultMessageStore.appendToCommitLog);
+        :meth:`dispatch_appended` then dispatches what they complete.  False if the offset does not continue the
+        commitlog."""
+        return self.running and self.commit_log.append_data(phy_offset, data)
+
+    def dispatch_appended(self) -> None:
+        """Slave: dispatch the whole records appended so far to consume queues and the index (what Apache's
+        ReputMessageService does behind the append)."""
         self._reput()
-        return True
 
     @property
     def replicated_whole_records_end(self) -> int:

@@ -10,6 +10,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.remoting.client import EndpointFactory, split_addr, tcp_endpoint
+from gateway.remoting.direct import can_send_now, send_now
 
 from ..message_store import DefaultMessageStore
 from .codec import HAProtocolError, TransferDecoder, encode_identity, encode_report
@@ -41,8 +42,13 @@ class HAClientProtocol(Protocol):
         log.info("HA link to master closed: {reason}", reason=reason)
 
     def report(self) -> None:
-        """Tell the master our max commitlog offset."""
-        self.transport.write(encode_report(self.client.store.commit_log.max_offset))
+        """Tell the master our max commitlog offset (past the socket's buffer when it is empty: a SYNC_MASTER
+        send waits for this)."""
+        report = encode_report(self.client.store.commit_log.max_offset)
+        if can_send_now(self.transport):
+            send_now(self.transport, [report])
+        else:
+            self.transport.write(report)
         self.last_write = self.client.clock.seconds()
 
     def dataReceived(self, data: bytes) -> None:
@@ -62,9 +68,13 @@ class HAClientProtocol(Protocol):
         except HAProtocolError as e:
             log.warn("HA link to master: {error}; reconnecting", error=e)
             self.transport.abortConnection()
-            return
+        else:
+            if appended:
+                self.report()
+        # As Apache's HAClient: the report follows the append, and the consume queues and index are built after
+        # it (its ReputMessageService), so a SYNC_MASTER send does not wait for them.
         if appended:
-            self.report()
+            store.dispatch_appended()
 
     def tick(self, now: float) -> None:
         """Periodic report and housekeeping."""

@@ -13,6 +13,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from gateway.remoting.direct import can_send_now, send_now
+
 from ..message_store import DefaultMessageStore
 from ..waiters import OffsetWaiters
 from .codec import TRANSFER_BATCH_SIZE, HAProtocolError, ReportDecoder, encode_transfer_header
@@ -66,10 +68,12 @@ class HAConnection(Protocol):
         self.last_transfer_time = 0.0
         self.last_read = self.last_write = 0.0
         self.paused = False
+        self._direct = False  # a plain TCP transport: frames may skip its buffer (gateway.remoting.direct)
         self.rate = TransferRate()
 
     def connectionMade(self) -> None:
         self.last_read = self.last_write = self.service.clock.seconds()
+        self._direct = can_send_now(self.transport)
         self.transport.registerProducer(self, True)
         self.service.connections.add(self)
         log.info("HA slave {peer} connected", peer=self.transport.getPeer())
@@ -111,8 +115,13 @@ class HAConnection(Protocol):
     def stopProducing(self) -> None:
         self.paused = True
 
-    def _write(self, data: bytes) -> None:
-        self.transport.write(data)
+    def _write(self, *parts: bytes) -> None:
+        """One frame: to the socket at once when nothing waits in the transport's buffer (a SYNC_MASTER send
+        waits for it), else after what does."""
+        if self._direct:
+            send_now(self.transport, list(parts))
+        else:
+            self.transport.writeSequence(parts)
         self.last_write = self.service.clock.seconds()
 
     def transfer(self) -> None:
@@ -131,8 +140,7 @@ class HAConnection(Protocol):
             # A frame never spans two segments, as Apache's selectMappedBuffer.
             size = min(batch, cl.max_offset - start, f.end_offset - start)
             pos = start - f.file_from_offset
-            self._write(encode_transfer_header(start, size))
-            self._write(f.view[pos : pos + size].tobytes())
+            self._write(encode_transfer_header(start, size), f.view[pos : pos + size].tobytes())
             self.next_transfer_from = start + size
             self.rate.count(size)
         if self.next_transfer_from >= cl.max_offset:

@@ -1,0 +1,37 @@
+"""Writes that skip Twisted's buffer when it is empty.
+
+``transport.write`` only buffers: the bytes leave on the next writable event, after two ``epoll_ctl`` calls
+and one more reactor turn. When nothing is buffered before them, the socket may take them now; only what it
+does not take is left to the transport (which then orders, pauses and sends it as usual).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import tcp
+
+
+def can_send_now(transport: Any) -> bool:
+    """Whether ``transport`` is a plain TCP connection whose buffer :func:`send_now` can look into."""
+    return (
+        isinstance(transport, tcp.Connection) and hasattr(transport, "_tempDataLen") and hasattr(transport, "_aborting")
+    )
+
+
+def send_now(transport: Any, parts: list[bytes]) -> list[bytes]:
+    """Send ``parts`` to ``transport`` (a :func:`can_send_now` one) in one system call if nothing is buffered,
+    else through its buffer; returns what was left to the buffer (nothing when the socket took it all)."""
+    t = transport
+    if t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
+        t.writeSequence(parts)
+        return parts
+    data = b"".join(parts)
+    sent = t.writeSomeData(data)
+    if isinstance(sent, Exception):  # the connection is gone: the transport finds out and closes it
+        sent = 0
+    if sent < len(data):
+        rest = [data[sent:]]
+        t.writeSequence(rest)
+        return rest
+    return []
