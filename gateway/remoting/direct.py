@@ -19,11 +19,12 @@ def can_send_now(transport: Any) -> bool:
     )
 
 
-def send_now(transport: Any, parts: list[bytes]) -> list[bytes]:
-    """Send ``parts`` to ``transport`` (a :func:`can_send_now` one) in one system call if nothing is buffered,
-    else through its buffer; returns what was left to the buffer (nothing when the socket took it all)."""
+def send_now(transport: Any, parts: list[bytes], direct: bool) -> list[bytes]:
+    """Send ``parts`` in one system call if ``direct`` (the transport passed :func:`can_send_now`, which callers
+    keep) and nothing is buffered, else through the transport's buffer; returns what was left to the buffer
+    (nothing when the socket took it all)."""
     t = transport
-    if t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
+    if not direct or t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
         t.writeSequence(parts)
         return parts
     data = b"".join(parts)

@@ -222,11 +222,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     def _send_now(self, parts: list[bytes]) -> None:
         """Send the frames of one read or one reactor turn: to the socket now when nothing is buffered before
         them (:func:`~gateway.remoting.direct.send_now`)."""
-        if not self._direct:
-            self.transport.writeSequence(parts)
-            self._charge_if_paused(parts)
-            return
-        left = send_now(self.transport, parts)
+        left = send_now(self.transport, parts, self._direct)
         if left:
             self._charge_if_paused(left)
 

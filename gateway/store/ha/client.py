@@ -27,9 +27,11 @@ class HAClientProtocol(Protocol):
         self.address = address  # the master's HA address this link was made to
         self.decoder = TransferDecoder(max(client.config.haTransferBatchSize, 4 * 1024 * 1024))
         self.last_read = self.last_write = 0.0
+        self._direct = False  # a plain TCP transport: reports may skip its buffer (gateway.remoting.direct)
 
     def connectionMade(self) -> None:
         self.last_read = self.client.clock.seconds()
+        self._direct = can_send_now(self.transport)
         self.client.link = self
         if self.client.broker_id is not None:
             self.transport.write(encode_identity(self.client.broker_id))
@@ -44,11 +46,7 @@ class HAClientProtocol(Protocol):
     def report(self) -> None:
         """Tell the master our max commitlog offset (past the socket's buffer when it is empty: a SYNC_MASTER
         send waits for this)."""
-        report = encode_report(self.client.store.commit_log.max_offset)
-        if can_send_now(self.transport):
-            send_now(self.transport, [report])
-        else:
-            self.transport.write(report)
+        send_now(self.transport, [encode_report(self.client.store.commit_log.max_offset)], self._direct)
         self.last_write = self.client.clock.seconds()
 
     def dataReceived(self, data: bytes) -> None:

@@ -102,7 +102,9 @@ class HAConnection(Protocol):
                 offset = max_offset - max_offset % store.commit_log.queue.mapped_file_size
             self.next_transfer_from = offset
             self._write(encode_transfer_header(offset, 0))
-        self.transfer()
+            self.transfer()
+        # Later reports only acknowledge: new data goes out with the pushes (HAService.wakeup), as Apache's
+        # ReadSocketService leaves the transfer to its WriteSocketService.
 
     # IPushProducer: the transport's buffer is full / drained.
     def pauseProducing(self) -> None:
@@ -118,10 +120,7 @@ class HAConnection(Protocol):
     def _write(self, *parts: bytes) -> None:
         """One frame: to the socket at once when nothing waits in the transport's buffer (a SYNC_MASTER send
         waits for it), else after what does."""
-        if self._direct:
-            send_now(self.transport, list(parts))
-        else:
-            self.transport.writeSequence(parts)
+        send_now(self.transport, list(parts), self._direct)
         self.last_write = self.service.clock.seconds()
 
     def transfer(self) -> None:
@@ -167,6 +166,8 @@ class HAService(Factory):
 
     # Apache's WriteSocketService also polls every 100 ms when nobody wakes it.
     TICK = 0.1
+    # Unsent transfer batches that push without waiting for the tick.
+    PUSH_BATCHES = 4
 
     def __init__(self, store: DefaultMessageStore, config: HAConfig, clock: Any) -> None:
         """``clock`` is the reactor (it also listens)."""
@@ -182,6 +183,9 @@ class HAService(Factory):
         self.on_slave_report: Callable[[int, int], None] | None = None
         self.ack_policy: Callable[[], int] | None = None
         self._wakeup_pending = False
+        # Where the commitlog ended at the last push, and how much more wakes the next one.
+        self._pushed_to = 0
+        self._push_threshold = self.PUSH_BATCHES * config.haTransferBatchSize
         self._loop = LoopingCall(self._tick)
         self._loop.clock = clock
         self.port: Any = None
@@ -208,15 +212,27 @@ class HAService(Factory):
         return maybeDeferred(port.stopListening) if port is not None else succeed(None)
 
     def wakeup(self) -> None:
-        """New data was appended: push it to every slave, once for all the appends of this reactor turn (one
-        frame of many records rather than a frame per record)."""
-        if self._wakeup_pending or not self.connections:
-            return
-        self._wakeup_pending = True
-        self.clock.callLater(0, self._push)
+        """New data was appended. Nobody waits for it (ASYNC_MASTER, or a send that does not wait): it goes out
+        once ``PUSH_BATCHES`` transfer batches are unsent, or with the next tick, as Apache's WriteSocketService
+        wakes every 100 ms for it; every slave then gets it in a few large frames instead of one frame a reactor
+        turn, which costs both brokers a system call and a turn each. A SYNC_MASTER send pushes at once
+        (:meth:`notify_replica`)."""
+        if (
+            not self._wakeup_pending
+            and self.store.commit_log.max_offset - self._pushed_to >= self._push_threshold
+            and self.connections
+        ):
+            self._push_soon()
+
+    def _push_soon(self) -> None:
+        """Push to every slave at the end of this reactor turn, once for all its appends."""
+        if not self._wakeup_pending:
+            self._wakeup_pending = True
+            self.clock.callLater(0, self._push)
 
     def _push(self) -> None:
         self._wakeup_pending = False
+        self._pushed_to = self.store.commit_log.max_offset
         for conn in list(self.connections):
             conn.transfer()
 
@@ -259,8 +275,8 @@ class HAService(Factory):
             return replicated
         if self.port is None:
             return timed_out
-        # The append that made ``offset`` already woke the transfer (wakeup).
         self._replica_waiters.add(offset, self.config.slaveTimeout / 1000, callback, replicated, timed_out)
+        self._push_soon()
         return None
 
     def runtime_info(self) -> dict[str, Any]:
@@ -296,4 +312,4 @@ class HAService(Factory):
         now = self.clock.seconds()
         for conn in list(self.connections):
             conn.tick(now)
-            conn.transfer()
+        self._push()
