@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gateway.remoting.message import MessageSysFlag, decode_records, send_properties, tags_code
-from gateway.store import DefaultMessageStore, GetMessageStatus, StoreConfig, StoreLoadError
+from gateway.store import DefaultMessageStore, GetMessageStatus, MessageExtBrokerInner, StoreConfig, StoreLoadError
 from gateway.store.checkpoint import StoreCheckpoint
 
 from .conftest import CL_SIZE, crash, make_msg
@@ -347,41 +347,39 @@ def test_prepared_messages_survive_recovery_outside_queues(config: StoreConfig) 
         store.shutdown()
 
 
-def test_schedule_topic_units_carry_the_delivery_time(config: StoreConfig) -> None:
+def _unit_rebuilt(config: StoreConfig, msg: MessageExtBrokerInner) -> tuple[tuple[int, int, int], int]:
+    """Store ``msg``, delete the consume queues, restart: its unit as recovery rebuilt it from the commitlog, and
+    its store timestamp."""
     store = DefaultMessageStore(config)
     store.start()
-    r = store.put_message(make_msg("SCHEDULE_TOPIC_XXXX", 2, extra={"DELAY": "3"}))
+    r = store.put_message(msg)
     assert r.append is not None
     store.shutdown()
     shutil.rmtree(config.consume_queue_root)
     store = DefaultMessageStore(config)
     store.start()
     try:
-        unit = store.consume_queue_table[("SCHEDULE_TOPIC_XXXX", 2)].get_unit(0)
-        assert unit is not None and unit[2] == r.append.store_timestamp + 10_000  # level 3 = 10s
+        unit = store.consume_queue_table[(msg.topic, msg.queue_id)].get_unit(0)
+        assert unit is not None
+        return unit, r.append.store_timestamp
     finally:
         store.shutdown()
+
+
+def test_schedule_topic_units_carry_the_delivery_time(config: StoreConfig) -> None:
+    unit, stored_at = _unit_rebuilt(config, make_msg("SCHEDULE_TOPIC_XXXX", 2, extra={"DELAY": "3"}))
+    assert unit[2] == stored_at + 10_000  # level 3 = 10s
 
 
 def test_rebuilt_units_take_the_tags_code_the_send_path_took(config: StoreConfig) -> None:
     """A record whose properties name TAGS twice: the send path hashes the first, and so does recovery (and a
     slave's dispatch), so a consume queue rebuilt from the commitlog filters as the master's did."""
-    store = DefaultMessageStore(config)
-    store.start()
     msg = make_msg(tags=None)
     msg.properties += "\x02TAGS\x01first\x02TAGS\x01second"
     msg.tags_code = send_properties(msg.properties, "DefaultCluster")[1]
     assert msg.tags_code == tags_code("first")
-    assert store.put_message(msg).append is not None
-    store.shutdown()
-    shutil.rmtree(config.consume_queue_root)
-    store = DefaultMessageStore(config)
-    store.start()
-    try:
-        unit = store.consume_queue_table[("TopicTest", 0)].get_unit(0)
-        assert unit is not None and unit[2] == tags_code("first")
-    finally:
-        store.shutdown()
+    unit, _ = _unit_rebuilt(config, msg)
+    assert unit[2] == tags_code("first")
 
 
 def test_empty_segment_left_by_a_crash_is_removed(open_store: Opener, config: StoreConfig) -> None:
