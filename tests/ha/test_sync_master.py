@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import pytest_twisted
 from twisted.internet import task
+from twisted.internet.testing import MemoryReactorClock
 
 from gateway.broker.config import load_broker_config
 from gateway.config import ConfigError
@@ -16,6 +18,7 @@ from gateway.remoting.codes import ResponseCode
 from gateway.remoting.message import decode_offset_message_id
 from gateway.store.api import PutMessageStatus
 from gateway.store.durability import put_waiter
+from gateway.store.ha.service import HAConfig, HAService
 from gateway.store.waiters import OffsetWaiters
 from tests.broker.conftest import BrokerUnderTest, make_broker, remoting, sleep  # noqa: F401
 from tests.broker.test_broker_server import send
@@ -216,3 +219,47 @@ def test_role_settings_are_checked_as_broker_startup_does(overrides: dict[str, s
         load_broker_config(None, overrides)
     broker, store = load_broker_config(None, {"brokerRole": "SYNC_MASTER", "brokerId": "3"})
     assert (broker.brokerId, store.brokerRole) == (0, "SYNC_MASTER")  # a master is always 0
+
+
+class _Slave:
+    """An HA connection that counts the transfers it was asked for."""
+
+    def __init__(self) -> None:
+        self.transfers = 0
+        self.transport = SimpleNamespace(abortConnection=lambda: None)
+
+    def transfer(self) -> None:
+        self.transfers += 1
+
+    def tick(self, now: float) -> None:
+        pass
+
+
+def test_data_nobody_waits_for_is_pushed_in_batches_and_a_waiting_send_pushes_at_once() -> None:
+    clock = MemoryReactorClock()
+    commit_log = SimpleNamespace(max_offset=0)
+    ha = HAService(SimpleNamespace(commit_log=commit_log), HAConfig(haTransferBatchSize=1000), clock)  # type: ignore[arg-type]
+    ha.start(0, "127.0.0.1")
+    slave = _Slave()
+    ha.connections.add(slave)  # type: ignore[arg-type]
+    commit_log.max_offset = 3999
+    ha.wakeup()
+    clock.advance(0)
+    assert slave.transfers == 0  # under 4 batches unsent: left for the tick
+    clock.advance(HAService.TICK)
+    assert slave.transfers == 1
+    commit_log.max_offset += 4000
+    ha.wakeup()
+    ha.wakeup()
+    clock.advance(0)
+    assert slave.transfers == 2  # 4 batches: at the end of this turn, once for all its appends
+    commit_log.max_offset += 10
+    ha.wakeup()
+    clock.advance(0)
+    assert slave.transfers == 2
+    answers: list[str] = []
+    assert ha.notify_replica(commit_log.max_offset, answers.append, "replicated", "timed out") is None
+    clock.advance(0)
+    assert slave.transfers == 3  # a SYNC_MASTER send does not wait for the tick
+    ha.stop()
+    assert answers == ["timed out"]
