@@ -157,22 +157,6 @@ def wait_for_link(master: str, timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def wait_slave_registered(namesrv: str, timeout: float = 60.0) -> None:
-    """Until the NameServer lists broker-a's slave (brokerId 1): Apache's slave learns its master's HA address
-    from that registration (Apache 4.9.8 has no GET_BROKER_HA_STATUS)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError):
-            resp = call(namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
-            if resp.code == ResponseCode.SUCCESS and resp.body:
-                table = fastjson.loads(resp.body).get("brokerAddrTable", {})
-                if "1" in {str(k) for k in table.get("broker-a", {}).get("brokerAddrs", {})}:
-                    return
-        if time.monotonic() > deadline:
-            raise SetupError("the slave never registered with the NameServer")
-        time.sleep(0.2)
-
-
 def wait_caught_up(master: str, slave: str, timeout: float = 60.0) -> int:
     """Until the slave holds the master's whole commitlog; returns that offset (the slave's, if it never did)."""
     end = max_offset(master)
@@ -248,8 +232,8 @@ def apache_pair(args: argparse.Namespace, root: Path, mode: str) -> Iterator[Run
         try:
             _wait_answering(pair.broker, pair.procs[1], "Apache's master")
             _wait_answering(slave, slave_proc, "Apache's slave")
-            rss.wait_registered(pair.namesrv, 60)
-            wait_slave_registered(pair.namesrv)
+            # Apache 4.9.8 has no GET_BROKER_HA_STATUS; its slave learns the master's HA address when it registers.
+            rss.wait_registered(pair.namesrv, 60, broker_id=1)
         except (SetupError, SystemExit) as e:
             out = "".join(f.read_text(errors="replace")[-3000:] for f in sorted(root.glob("*.out")))
             raise SetupError(f"Apache's pair: {e}\n{out}") from None

@@ -72,12 +72,15 @@ def start_ours(
     return procs, f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}"
 
 
-def wait_registered(namesrv: str, timeout: float = 60) -> None:
+def wait_registered(namesrv: str, timeout: float = 60, broker_id: int | None = None) -> None:
+    """Until the NameServer lists a broker (with ``broker_id``, that id of broker-a: a slave, say)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, SetupError):
             resp = rpc(namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, language="JAVA"))
-            if resp.code == ResponseCode.SUCCESS and fastjson.loads(resp.body).get("brokerAddrTable"):
+            table = fastjson.loads(resp.body).get("brokerAddrTable") if resp.code == ResponseCode.SUCCESS else None
+            ids = {str(k) for k in (table or {}).get("broker-a", {}).get("brokerAddrs", {})}
+            if table and (broker_id is None or str(broker_id) in ids):
                 return
         time.sleep(0.2)
     raise SystemExit("the broker did not register in time")

@@ -365,28 +365,22 @@ class DefaultMessageStore:
                 if req is None:  # end-of-segment blank
                     self._reput_from = f.end_offset
                     break
-                topic, sys_flag, properties, store_timestamp = (
-                    req.topic,
-                    req.sys_flag,
-                    req.properties,
-                    req.store_timestamp,
-                )
                 dispatch(
-                    topic,
+                    req.topic,
                     req.queue_id,
                     req.commit_log_offset,
                     req.msg_size,
-                    tags_code_of(topic, properties, store_timestamp),
+                    tags_code_of(req.topic, req.properties, req.store_timestamp),
                     req.consume_queue_offset,
-                    store_timestamp,
-                    sys_flag,
-                    properties,
+                    req.store_timestamp,
+                    req.sys_flag,
+                    req.properties,
                 )
-                if is_dispatched(sys_flag):
-                    queue_table[(topic, req.queue_id)] = req.consume_queue_offset + 1
+                if is_dispatched(req.sys_flag):
+                    queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
                 pos += req.msg_size
                 self._reput_from = base + pos
-                cl.tail = (self._reput_from, store_timestamp)
+                cl.tail = (self._reput_from, req.store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, made on first use; None for a topic that cannot name a directory of the store (a record

@@ -159,7 +159,8 @@ class HAConnection(Protocol):
 
 
 class HAService(Factory):
-    """Accepts slaves and pushes new commitlog data to them; ``wakeup`` after appends pushes at once.
+    """Accepts slaves and pushes new commitlog data to them: in large frames after appends (``wakeup``), at once
+    for a send that waits.
 
     For SYNC_MASTER it also answers sends waiting for a slave (``notify_replica``, GroupTransferService).
     """
@@ -217,10 +218,11 @@ class HAService(Factory):
         wakes every 100 ms for it; every slave then gets it in a few large frames instead of one frame a reactor
         turn, which costs both brokers a system call and a turn each. A SYNC_MASTER send pushes at once
         (:meth:`notify_replica`)."""
+        # Called for every stored message: a broker without slaves (most) stops at the first test.
         if (
-            not self._wakeup_pending
+            self.connections
+            and not self._wakeup_pending
             and self.store.commit_log.max_offset - self._pushed_to >= self._push_threshold
-            and self.connections
         ):
             self._push_soon()
 
