@@ -42,34 +42,45 @@ def memory(pid: int) -> tuple[float, float]:
 
 
 def start_ours(
-    root: Path, broker_lines: dict[str, str] | None = None
+    root: Path, broker_lines: dict[str, str] | None = None, brokers: int = 1
 ) -> tuple[list[subprocess.Popen[bytes]], str, str]:
     """Our NameServer and broker as two processes on loopback (as Apache runs them), stores under ``root``;
-    ``broker_lines`` adds or replaces broker.conf lines."""
-    ns_port, broker_port = free_port(), free_port()
+    ``broker_lines`` adds or replaces broker.conf lines. ``brokers`` > 1 starts more broker processes in the same
+    cluster (broker-b, broker-c... with stores ``root/store-b``...). Returns the processes (the NameServer's first),
+    the NameServer's address and broker-a's."""
+    ns_port = free_port()
     (root / "namesrv.properties").write_text(
         f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={root / 'kv.json'}\n"
     )
-    lines = {
-        "brokerName": "broker-a",
-        "brokerIP1": "127.0.0.1",
-        "bindAddress": "127.0.0.1",
-        "listenPort": str(broker_port),
-        "namesrvAddr": f"127.0.0.1:{ns_port}",
-        "storePathRootDir": str(root / "store"),
-        "mappedFileSizeCommitLog": str(64 << 20),
-        **(broker_lines or {}),
-    }
-    (root / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    servers = [("gateway.namesrv", "namesrv.properties", root)]
+    broker_addr = ""
+    for i in range(brokers):
+        suffix = "" if i == 0 else f"-{chr(ord('a') + i)}"
+        broker_port = free_port()
+        broker_addr = broker_addr or f"127.0.0.1:{broker_port}"
+        lines = {
+            "brokerName": f"broker-{chr(ord('a') + i)}",
+            "brokerIP1": "127.0.0.1",
+            "bindAddress": "127.0.0.1",
+            "listenPort": str(broker_port),
+            "namesrvAddr": f"127.0.0.1:{ns_port}",
+            "storePathRootDir": str(root / f"store{suffix}"),
+            "mappedFileSizeCommitLog": str(64 << 20),
+            **(broker_lines or {}),
+        }
+        (root / f"broker{suffix}.conf").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        home = root / f"home{suffix}" if suffix else root  # each broker its own log files
+        home.mkdir(exist_ok=True)
+        servers.append(("gateway.broker", f"broker{suffix}.conf", home))
     procs = []
-    for module, conf in (("gateway.namesrv", "namesrv.properties"), ("gateway.broker", "broker.conf")):
+    for module, conf, home in servers:
         command = [sys.executable, "-m", module, "-c", str(root / conf)]
         procs.append(
             subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=str(root))
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, HOME=str(home))
             )
-        )  # logs under root/logs
-    return procs, f"127.0.0.1:{ns_port}", f"127.0.0.1:{broker_port}"
+        )  # logs under HOME/logs
+    return procs, f"127.0.0.1:{ns_port}", broker_addr
 
 
 def wait_registered(namesrv: str, timeout: float = 60, broker_id: int | None = None) -> None:

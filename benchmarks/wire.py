@@ -108,7 +108,7 @@ def route_queues(route: TopicRouteData, perm: int = PermName.PERM_WRITE) -> list
     return out
 
 
-def _masters(namesrv: str) -> list[str]:
+def masters(namesrv: str) -> list[str]:
     """The master address of every broker the NameServer knows."""
     resp = rpc(namesrv, java_request(RequestCode.GET_BROKER_CLUSTER_INFO))
     if resp.code != ResponseCode.SUCCESS:
@@ -135,7 +135,7 @@ def ensure_topic(namesrv: str, topic: str, queues: int, mode: str, builder: Send
     UPDATE_AND_CREATE_TOPIC to every master (mqadmin updateTopic). Either way, waits until the
     NameServer routes the topic.
     """
-    masters = _poll(lambda: _masters(namesrv), "a broker to register with the NameServer")
+    master_addrs = _poll(lambda: masters(namesrv), "a broker to register with the NameServer")
     route = get_route(namesrv, topic)
     if route is None:
         if mode == "auto":
@@ -157,7 +157,7 @@ def ensure_topic(namesrv: str, topic: str, queues: int, mode: str, builder: Send
                 topic_filter_type="SINGLE_TAG",
                 topic_sys_flag=0,
             )
-            for addr in masters:
+            for addr in master_addrs:
                 resp = rpc(addr, java_request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode()))
                 if resp.code != ResponseCode.SUCCESS:
                     raise SetupError(f"UPDATE_AND_CREATE_TOPIC on {addr}: code {resp.code} {resp.remark}")

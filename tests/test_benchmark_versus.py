@@ -41,3 +41,15 @@ def test_pipeline_measures_a_send_and_a_replicated_message() -> None:
         run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         assert "us CPU per" in run.stdout
+
+
+def test_scale_out_runs_one_and_two_broker_processes(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    argv = [sys.executable, "-m", "benchmarks.scale_out", "--rounds", "1", "--duration", "1", "--warmup", "0",
+            "--save", str(out)]  # fmt: skip
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert [row["brokers"] for row in results["1"] + results["2"]] == [1, 2]
+    assert all(row["rate"] > 0 and not row["errors"] for row in results["1"] + results["2"])
+    assert "16 queues" in run.stdout  # the topic is on both brokers: the generator sent to all 16 queues
