@@ -313,10 +313,10 @@ def measure(args: argparse.Namespace, target: str, mode: str) -> dict[str, Any]:
     try:
         with (our_pair if target == "ours" else apache_pair)(args, root, mode) as pair:
             if args.warmup:  # Java compiles its hot paths in the first seconds: not what a running broker does
-                with versus.affinity_kept():
+                with throughput.affinity_kept():
                     throughput.benchmark(_load_args(args, args.warmup), pair.namesrv, None, f"{target} warm-up")
             wait_caught_up(pair.master, pair.slave)
-            with versus.affinity_kept():
+            with throughput.affinity_kept():
                 row = _sampled(args, mode, target, pair)
             if args.java_producer and pair.master_pid is not None:
                 row["java"] = versus.java_send(args, pair.namesrv, pair.master_pid)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.wire import SetupError, rpc
@@ -39,6 +40,35 @@ def memory(pid: int) -> tuple[float, float]:
     status = Path(f"/proc/{pid}/status").read_text()
     rss, anon = (int(re.search(rf"{k}:\s+(\d+)", status).group(1)) for k in ("VmRSS", "RssAnon"))  # type: ignore[union-attr]
     return rss / 1024, anon / 1024
+
+
+@dataclass
+class Pair:
+    """A running NameServer + broker: two child processes (more brokers after the first: ``start_ours(brokers=N)``)."""
+
+    target: str  # "ours" or "apache"
+    namesrv: str
+    broker: str
+    procs: list[subprocess.Popen[bytes]]
+
+    @property
+    def namesrv_pid(self) -> int:
+        return self.procs[0].pid
+
+    @property
+    def broker_pid(self) -> int:
+        return self.procs[1].pid
+
+    def stop(self) -> None:
+        """SIGTERM both (broker first, as an operator would), SIGKILL what is left after 30 s."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 def start_ours(

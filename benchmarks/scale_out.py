@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import rss, throughput, versus
+from . import rss, throughput
 from .wire import SetupError, masters
 
 TOPIC = "BenchmarkScaleOut"
@@ -34,7 +34,7 @@ def measure(args: argparse.Namespace, brokers: int) -> dict[str, Any]:
     """One cluster of ``brokers`` broker processes: the figures of its measured send phase."""
     root = Path(tempfile.mkdtemp(prefix=f"rmq-scale-{brokers}-"))
     procs, namesrv, _ = rss.start_ours(root, brokers=brokers)
-    pair = versus.Pair("ours", namesrv, "", procs)
+    pair = rss.Pair("ours", namesrv, "", procs)
     try:
         deadline = time.monotonic() + 60
         while len(_registered(namesrv)) < brokers:
@@ -50,7 +50,7 @@ def measure(args: argparse.Namespace, brokers: int) -> dict[str, Any]:
         if args.generator_cpus:
             argv += ["--generator-cpus", args.generator_cpus]
         label = f"{brokers} broker process(es)"
-        with versus.affinity_kept():
+        with throughput.affinity_kept():
             for seconds in [args.warmup, args.duration] if args.warmup else [args.duration]:  # the last one counts
                 phase = throughput.parse_args([*argv, "--duration", str(seconds)])
                 run = throughput.benchmark(phase, namesrv, None, label)

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -768,6 +769,16 @@ def pin(pid: int, cpus: set[int]) -> None:
     """Every thread of ``pid`` on ``cpus`` (what ``taskset -a -p`` does)."""
     for tid in os.listdir(f"/proc/{pid}/task"):
         os.sched_setaffinity(int(tid), cpus)
+
+
+@contextlib.contextmanager
+def affinity_kept() -> Iterator[None]:
+    """Whatever ``throughput.benchmark`` pins this process to is undone afterwards."""
+    cpus = os.sched_getaffinity(0)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
 
 
 def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, target: str) -> dict[str, Any]:

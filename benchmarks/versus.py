@@ -15,7 +15,8 @@ directory), the order of the two pairs alternating from round to round, and meas
   then the drain of that backlog;
 * send driven by Apache's own benchmark ``Producer`` (16 threads, 1 KB), when its class is in ``DIR/lib``:
   messages stored per second (queue offsets) and broker CPU over a window after a warm-up;
-* send with the broker pinned to 1 core (the generator on the other), then given 2 (round 1);
+* send with the broker pinned to 1 core (the generator on the other), then given 2 (round 1); and for ours,
+  two broker processes of one cluster on the 2 cores (``scale_out.py``: a broker process per core);
 * RSS with 1,000 topics x 8 queues and 500 connections that sent a heartbeat (round 1, at the end).
 
 The table gives medians over the rounds and ours/Apache; ``goal`` says which way is better.
@@ -39,14 +40,14 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from compat_tests.apache_broker import BROKER_STARTUP, NAMESRV_STARTUP, OPENS, apache_java_argv
 from compat_tests.servers import GatewayServers, free_broker_port, free_port, jdk_tool
 
-from . import rss, throughput
+from . import rss, scale_out, throughput
+from .rss import Pair
 from .wire import QueueRef, SendFrameBuilder, SetupError, ensure_topic, max_offset
 
 TOPIC = "BenchmarkVersus"
@@ -62,35 +63,6 @@ G1 = [
     "-XX:-UseLargePages",
 ]
 _PRODUCER_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
-
-
-@dataclass
-class Pair:
-    """A running NameServer + broker: two child processes."""
-
-    target: str  # "ours" or "apache"
-    namesrv: str
-    broker: str
-    procs: list[subprocess.Popen[bytes]]
-
-    @property
-    def namesrv_pid(self) -> int:
-        return self.procs[0].pid
-
-    @property
-    def broker_pid(self) -> int:
-        return self.procs[1].pid
-
-    def stop(self) -> None:
-        """SIGTERM both (broker first, as an operator would), SIGKILL what is left after 30 s."""
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
 
 
 def apache_classpath(home: Path) -> str:
@@ -181,16 +153,6 @@ def running(target: str, args: argparse.Namespace, flush: str) -> Iterator[Pair]
         shutil.rmtree(root, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def affinity_kept() -> Iterator[None]:
-    """Whatever ``throughput.benchmark`` pins this process to is undone afterwards."""
-    cpus = os.sched_getaffinity(0)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, cpus)
-
-
 def python_send(args: argparse.Namespace, pair: Pair, drain: bool, extra: Sequence[str] = ()) -> dict[str, Any]:
     """``throughput.py``'s send phase (and drain) against ``pair``."""
     argv = [
@@ -199,7 +161,7 @@ def python_send(args: argparse.Namespace, pair: Pair, drain: bool, extra: Sequen
     ]  # fmt: skip
     if not drain:
         argv.append("--no-drain")
-    with affinity_kept():
+    with throughput.affinity_kept():
         return throughput.benchmark(throughput.parse_args(argv), pair.namesrv, pair.broker_pid, pair.target)
 
 
@@ -292,6 +254,11 @@ def one_target(args: argparse.Namespace, target: str, first_round: bool) -> dict
                     r = python_send(args, pair, drain=False, extra=["--broker-cpus", cpus, *gen])
                     out[f"cores_{cpus}"] = _send_figures(r["send"])
                 throughput.pin(pair.broker_pid, throughput.parse_cpus("0,1"))
+    if target == "ours" and first_round and not args.no_scaling:
+        # How ours uses a second core: a broker process per core (Apache's one broker uses both itself).
+        cluster = argparse.Namespace(broker_cpus="0,1", generator_cpus=None, procs=1, messages=args.messages,
+                                     warmup=args.warmup, duration=args.duration)  # fmt: skip
+        out["cores_0,1_process_per_core"] = scale_out.measure(cluster, 2)
     if first_round and args.topics:  # a fresh pair: the sends' mapped commitlog would count in RSS
         with running(target, args, "ASYNC_FLUSH") as pair:
             socks = rss.load(pair.broker, args.topics, 8, args.connections)
@@ -364,6 +331,8 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("send, broker on 1 core msgs/s", lambda r: r.get("cores_0", {}).get("rate"), "higher"),
     ("send, broker on 2 cores msgs/s", lambda r: r.get("cores_0,1", {}).get("rate"), "higher"),
     ("  growth 1 -> 2 cores", lambda r: _growth(r), "higher"),
+    ("send msgs/s, 2 cores, ours a broker process per core", lambda r: _per_core(r), "higher"),
+    ("  growth 1 -> 2 cores", lambda r: _growth(r, _per_core(r)), "higher"),
     ("idle RSS MB, NameServer + broker", idle_rss, "lower"),
     # against Apache's two processes: that is what it takes to run both there
     ("idle RSS MB, ours in one process (python -m gateway)", one_process_rss_of, "lower"),
@@ -371,9 +340,16 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
 ]
 
 
-def _growth(r: dict[str, Any]) -> float | None:
-    one, two = r.get("cores_0", {}).get("rate"), r.get("cores_0,1", {}).get("rate")
+def _growth(r: dict[str, Any], two: float | None = None) -> float | None:
+    """The rate on 2 cores (``two``, else one broker's on CPUs 0-1) over one broker's on CPU 0."""
+    one = r.get("cores_0", {}).get("rate")
+    two = two or r.get("cores_0,1", {}).get("rate")
     return two / one if one and two else None
+
+
+def _per_core(r: dict[str, Any]) -> float | None:
+    """Ours: two broker processes of one cluster on CPUs 0-1; Apache's: its one broker there."""
+    return r.get("cores_0,1_process_per_core", r.get("cores_0,1", {})).get("rate")
 
 
 def _median(rounds: list[dict[str, Any]], fn: Callable[[dict[str, Any]], float | None]) -> float | None:
