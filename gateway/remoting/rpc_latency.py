@@ -22,11 +22,16 @@ class Histograms:
         self.table: dict[Hashable, tuple[list[int], list[float]]] = {}
 
     def record(self, key: Hashable, value: float) -> None:
+        entry = self.table.get(key) or self.entry(key)
+        entry[0][bisect_left(self.buckets, value)] += 1
+        entry[1][0] += value
+
+    def entry(self, key: Hashable) -> tuple[list[int], list[float]]:
+        """The counts and sum ``key`` records into (new and empty the first time), for a caller that keeps them."""
         entry = self.table.get(key)
         if entry is None:
             entry = self.table[key] = ([0] * (len(self.buckets) + 1), [0.0])
-        entry[0][bisect_left(self.buckets, value)] += 1
-        entry[1][0] += value
+        return entry
 
     def count(self, key: Hashable) -> int:
         """Samples recorded under ``key``."""
