@@ -1,4 +1,4 @@
-"""Writes that skip Twisted's buffer when it is empty.
+"""Writes that skip Twisted's buffer when it is empty, and sockets that send small frames at once.
 
 ``transport.write`` only buffers: the bytes leave on the next writable event, after two ``epoll_ctl`` calls
 and one more reactor turn. When nothing is buffered before them, the socket may take them now; only what it
@@ -36,3 +36,12 @@ def send_now(transport: Any, parts: list[bytes], direct: bool) -> list[bytes]:
         t.writeSequence(rest)
         return rest
     return []
+
+
+def set_no_delay(transport: Any) -> None:
+    """TCP_NODELAY, as Netty's remoting server and client and Apache's HA sockets set it: a small frame (a response,
+    a slave's report) must not wait for the ACK of the one before it (Nagle), which the peer may delay up to 40 ms.
+    A TLS wrapper passes it on; a transport without it (a test's) is left alone."""
+    no_delay = getattr(transport, "setTcpNoDelay", None)
+    if no_delay is not None:
+        no_delay(True)

@@ -25,7 +25,7 @@ from .budget import MemoryBudget
 from .codec import FrameDecoder, ProtocolError, encode_parts
 from .codes import RPC_ONEWAY
 from .command import RemotingCommand
-from .direct import can_send_now, send_now
+from .direct import can_send_now, send_now, set_no_delay
 from .dispatch import RequestDispatcher
 
 log = Logger()
@@ -86,11 +86,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self.peer_host = getattr(addr, "host", "")
         self.peer_port = getattr(addr, "port", 0)
         self.peer = f"{self.peer_host}:{self.peer_port}"
-        # As Netty's remoting server and client set TCP_NODELAY: a small response must not wait for the ACK of
-        # the one before it (Nagle), which stalls a client with several requests in flight on one connection.
-        no_delay = getattr(self.transport, "setTcpNoDelay", None)  # a TLS wrapper passes it on
-        if no_delay is not None:
-            no_delay(True)
+        set_no_delay(self.transport)  # Nagle would stall a client with several requests in flight
         if self.clock is None:
             from twisted.internet import reactor
 

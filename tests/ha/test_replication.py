@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -118,6 +119,22 @@ async def test_slave_replicates_byte_identical_and_catches_up_after_restart(pair
     s = slave.start()
     await caught_up(m, s)
     assert_identical(m, s)
+
+
+@pytest_twisted.ensureDeferred
+async def test_both_ends_of_the_link_send_small_frames_at_once(pair) -> None:
+    """TCP_NODELAY on the master's and the slave's HA sockets, as Apache's HAConnection and HAClient set it: a
+    report or a small push must not wait for the peer's delayed ACK (Nagle) while a SYNC_MASTER send waits."""
+    master, slave = pair
+    m, s = master.controller, slave.start()
+    assert m is not None and m.ha_service is not None and s.ha_client is not None
+    await fill(master, 3, seed=3)
+    await caught_up(m, s)
+    [conn] = m.ha_service.connections
+    link = s.ha_client.link
+    assert link is not None
+    for transport in (conn.transport, link.transport):
+        assert transport.getHandle().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
 @pytest_twisted.ensureDeferred

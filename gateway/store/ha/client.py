@@ -10,7 +10,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.remoting.client import EndpointFactory, split_addr, tcp_endpoint
-from gateway.remoting.direct import can_send_now, send_now
+from gateway.remoting.direct import can_send_now, send_now, set_no_delay
 
 from ..message_store import DefaultMessageStore
 from .codec import HAProtocolError, TransferDecoder, encode_identity, encode_report
@@ -32,6 +32,7 @@ class HAClientProtocol(Protocol):
     def connectionMade(self) -> None:
         self.last_read = self.client.clock.seconds()
         self._direct = can_send_now(self.transport)
+        set_no_delay(self.transport)  # as HAClient's socket (RemotingUtil.connect): reports go out at once
         self.client.link = self
         if self.client.broker_id is not None:
             self.transport.write(encode_identity(self.client.broker_id))

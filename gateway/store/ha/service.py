@@ -13,7 +13,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from gateway.remoting.direct import can_send_now, send_now
+from gateway.remoting.direct import can_send_now, send_now, set_no_delay
 
 from ..message_store import DefaultMessageStore
 from ..waiters import OffsetWaiters
@@ -74,6 +74,7 @@ class HAConnection(Protocol):
     def connectionMade(self) -> None:
         self.last_read = self.last_write = self.service.clock.seconds()
         self._direct = can_send_now(self.transport)
+        set_no_delay(self.transport)  # HAConnection's: a SYNC_MASTER send waits for this link's round trip
         self.transport.registerProducer(self, True)
         self.service.connections.add(self)
         log.info("HA slave {peer} connected", peer=self.transport.getPeer())
