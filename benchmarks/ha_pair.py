@@ -180,13 +180,8 @@ class RunningPair:
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    if proc is not None:
+        rss.stop_process(proc)
 
 
 @contextlib.contextmanager

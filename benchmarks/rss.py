@@ -60,15 +60,20 @@ class Pair:
         return self.procs[1].pid
 
     def stop(self) -> None:
-        """SIGTERM both (broker first, as an operator would), SIGKILL what is left after 30 s."""
+        """Stop every process, brokers first (as an operator would)."""
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(proc)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM ``proc`` if it runs, SIGKILL it if it is still there after 30 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_ours(
