@@ -42,6 +42,10 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _NOT_DISPATCHED = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 
 _II = struct.Struct(">ii")
+# The writer keeps up to _WARM_AHEAD bytes past it written with zeros, topping up once _WARM_CHUNK of it is used.
+_WARM_AHEAD = 1 << 20
+_WARM_CHUNK = 256 << 10
+_ZEROS = memoryview(bytes(_WARM_AHEAD))
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 _H = struct.Struct(">h")
@@ -181,6 +185,7 @@ class CommitLog:
         # consistent pair.
         self.tail: tuple[int, int] = (0, 0)
         self._topic_bytes: dict[str, bytes] = {}
+        self._warm_to = 0  # the writer's segment holds written zeros up to here (_warm)
 
     def load(self) -> list[str]:
         """List the segments on disk; returns removed empty files."""
@@ -247,6 +252,21 @@ class CommitLog:
             pos = 0
         return f, pos
 
+    def _warm(self, f: MappedFile, end: int) -> None:
+        """Write zeros (pwrite) over the next ``_WARM_AHEAD`` bytes of ``f`` past ``end``, where records go next.
+        A record stored through the mapping into a page not yet in memory faults, and on ext4, while a flush writes
+        the file back, such a fault waited 20-30 ms on this machine (every few hundred ms under load: the p99 of
+        SYNC_MASTER sends); into a page written this way it does not (under 3.5 ms). Bytes past the writer are
+        zeros anyway: nothing changes in the file."""
+        start = max(self._warm_to, end)
+        stop = min(f.end_offset, end + _WARM_AHEAD)
+        self._warm_to = stop
+        if stop > start:
+            try:
+                f.write_at(start - f.file_from_offset, _ZEROS[: stop - start])
+            except OSError as e:  # only a cost saved: the records still go through the mapping
+                log.warning("cannot pre-write %s: %s", f.path, e)
+
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
         """Append one record, assign its queue offset and dispatch it."""
         status, topic, props, sys_flag, size = self._check(msg)
@@ -267,6 +287,8 @@ class CommitLog:
         _write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
+        if phy + size > self._warm_to - _WARM_AHEAD + _WARM_CHUNK:
+            self._warm(f, phy + size)
         if dispatched:
             self.topic_queue_table[key] = queue_offset + 1
         self.dispatcher(
@@ -315,6 +337,8 @@ class CommitLog:
             queue_offset += 1
         self.queue.wrote_where = phy
         self.tail = (phy, store_timestamp)
+        if phy > self._warm_to - _WARM_AHEAD + _WARM_CHUNK:
+            self._warm(f, phy)
         self.topic_queue_table[key] = queue_offset
         phy = wrote_offset
         msg_ids = []
@@ -360,7 +384,7 @@ class CommitLog:
             )
             pos = offset - f.file_from_offset
             n = min(len(view) - done, f.file_size - pos)
-            f.mm[pos : pos + n] = view[done : done + n]
+            f.write_at(pos, view[done : done + n])  # not through the mapping: its faults stall a SYNC_MASTER send
             done += n
             q.wrote_where = offset + n
         return True

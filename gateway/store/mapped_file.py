@@ -248,6 +248,17 @@ class MappedFile:
         """Blocking: fdatasync the file through its path (``sync_path``)."""
         sync_path(self.path)
 
+    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+        """Write ``data`` at ``pos`` with pwrite: what the mapping then reads, without its page faults. A store
+        through the mapping into a page not yet in memory faults, and on ext4, while a flush writes the file back,
+        such a fault waits up to 20-30 ms on this machine; pwrite of the same bytes never took 0.2 ms."""
+        view = memoryview(data)
+        with _descriptor(self.path, os.O_WRONLY) as fd:
+            while view:  # pwrite to a regular file writes it all unless the disk is full (then it raises)
+                written = os.pwrite(fd, view, pos)
+                view = view[written:]
+                pos += written
+
     def zero_from(self, pos: int, preallocate: bool = False) -> None:
         """Make bytes ``pos..end`` zero by cutting the file and growing it back (cheap, even for a 1 GiB tail)."""
         with _descriptor(self.path, os.O_RDWR) as fd:
