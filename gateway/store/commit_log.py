@@ -186,6 +186,7 @@ class CommitLog:
         self.tail: tuple[int, int] = (0, 0)
         self._topic_bytes: dict[str, bytes] = {}
         self._warm_to = 0  # the writer's segment holds written zeros up to here (_warm)
+        self._warm_at = 0  # an append ending past here tops them up
 
     def load(self) -> list[str]:
         """List the segments on disk; returns removed empty files."""
@@ -261,6 +262,8 @@ class CommitLog:
         start = max(self._warm_to, end)
         stop = min(f.end_offset, end + _WARM_AHEAD)
         self._warm_to = stop
+        # Near the segment's end there is nothing left to warm: wait for the next segment.
+        self._warm_at = stop - _WARM_AHEAD + _WARM_CHUNK if stop < f.end_offset else f.end_offset
         if stop > start:
             try:
                 f.write_at(start - f.file_from_offset, _ZEROS[: stop - start])
@@ -287,7 +290,7 @@ class CommitLog:
         _write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
-        if phy + size > self._warm_to - _WARM_AHEAD + _WARM_CHUNK:
+        if phy + size > self._warm_at:
             self._warm(f, phy + size)
         if dispatched:
             self.topic_queue_table[key] = queue_offset + 1
@@ -337,7 +340,7 @@ class CommitLog:
             queue_offset += 1
         self.queue.wrote_where = phy
         self.tail = (phy, store_timestamp)
-        if phy > self._warm_to - _WARM_AHEAD + _WARM_CHUNK:
+        if phy > self._warm_at:
             self._warm(f, phy)
         self.topic_queue_table[key] = queue_offset
         phy = wrote_offset
