@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 from pathlib import Path
@@ -225,3 +226,30 @@ def test_not_writable(open_store, config: StoreConfig) -> None:
     slave = open_store(config)
     assert slave.put_message(make_msg()).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
     assert slave.put_messages([make_msg()]).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_zeros_written_ahead_of_the_writer_never_reach_a_record(open_store, config: StoreConfig) -> None:
+    """The writer keeps the next MiB of its segment written with zeros (pages faulted in before records reach
+    them): every record still reads back whole, across three segments, and the zeros stay ahead of the writer
+    and inside its segment."""
+    segment = 3 << 20
+    store = open_store(
+        dataclasses.replace(config, mappedFileSizeCommitLog=segment, mappedFileSizeConsumeQueue=20 << 10)
+    )
+    cl = store.commit_log
+    bodies = [os.urandom(1000 + i % 97) for i in range(7000)]
+    offsets = []
+    for i, body in enumerate(bodies):
+        r = store.put_message(make_msg(queue_id=i % 4, body=body))
+        assert r.append is not None
+        offsets.append((r.append.wrote_offset, r.append.wrote_bytes))
+        if i % 500 == 0:
+            end, warm_to = cl.max_offset, cl._warm_to
+            f = cl.queue.files[-1]
+            assert end <= warm_to <= f.end_offset and warm_to - end <= 1 << 20
+            pos = end - f.file_from_offset
+            assert not any(f.view[pos : warm_to - f.file_from_offset])
+    assert len(cl.queue.files) == 3
+    for body, (offset, size) in zip(bodies, offsets, strict=True):
+        view = cl.get_message(offset, size)
+        assert view is not None and decode_record(view).body == body
