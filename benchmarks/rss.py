@@ -90,11 +90,12 @@ def start_ours(
     servers = [("gateway.namesrv", "namesrv.properties", root)]
     broker_addr = ""
     for i in range(brokers):
-        suffix = "" if i == 0 else f"-{chr(ord('a') + i)}"
+        letter = chr(ord("a") + i)
+        suffix = "" if i == 0 else f"-{letter}"
         broker_port = free_port()
         broker_addr = broker_addr or f"127.0.0.1:{broker_port}"
         lines = {
-            "brokerName": f"broker-{chr(ord('a') + i)}",
+            "brokerName": f"broker-{letter}",
             "brokerIP1": "127.0.0.1",
             "bindAddress": "127.0.0.1",
             "listenPort": str(broker_port),

@@ -42,13 +42,13 @@ _PUT_OK = PutMessageStatus.PUT_OK
 _NOT_DISPATCHED = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 
 _II = struct.Struct(">ii")
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_H = struct.Struct(">h")
 # The writer keeps up to _WARM_AHEAD bytes past it written with zeros, topping up once _WARM_CHUNK of it is used.
 _WARM_AHEAD = 1 << 20
 _WARM_CHUNK = 256 << 10
 _ZEROS = memoryview(bytes(_WARM_AHEAD))
-_I = struct.Struct(">i")
-_Q = struct.Struct(">q")
-_H = struct.Struct(">h")
 # totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
 _PREFIX = struct.Struct(">iiiiiqqiq")
 _SYSFLAG_POS = 36
