@@ -13,6 +13,7 @@ setup(
         Extension(name, [source], depends=["gateway/_native.h"], extra_compile_args=FLAGS, optional=True)
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
+            ("gateway.remoting._sender", "gateway/remoting/_sender.c"),
             ("gateway.store._store", "gateway/store/_store.c"),
         )
     ]

@@ -27,6 +27,7 @@ from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.message import pack_host
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
 from gateway.remoting.rpc_latency import RPC_LATENCY_BUCKETS_MS, Histograms
+from gateway.remoting.sender import SendThread, start_send_thread
 from gateway.store.clean_service import CleanService
 from gateway.store.config import StoreConfig
 from gateway.store.durability import PutWaiter, put_waiter
@@ -153,6 +154,7 @@ class BrokerController(service.Service):
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None
+        self.send_thread: SendThread | None = None
         self.clean_service: CleanService | None = None
         # Set at start under SYNC_FLUSH or SYNC_MASTER: a put's end offset → its final PutMessageStatus.
         self.put_waiter: PutWaiter | None = None
@@ -177,6 +179,8 @@ class BrokerController(service.Service):
         self.tls.start()
         if self.acl is not None:
             self.acl.start()
+        self.send_thread = start_send_thread(self.reactor)
+        self.factory.sender = self.send_thread
         configured_port = self.config.listenPort
         port = self.reactor.listenTCP(
             self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
@@ -290,6 +294,7 @@ class BrokerController(service.Service):
             return
         pulls = {RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE}
         self.vip_factory = RemotingServerFactory(self.dispatcher.without(pulls), budget=self.factory.budget)
+        self.vip_factory.sender = self.send_thread
         try:
             self.ports.append(
                 self.reactor.listenTCP(
@@ -376,6 +381,8 @@ class BrokerController(service.Service):
         yield self.factory.close_all()
         if self.vip_factory is not None:
             yield self.vip_factory.close_all()
+        if self.send_thread is not None:
+            self.send_thread.stop()
         self.hold_service.shutdown()
         if self.clean_service is not None:
             yield self.clean_service.stop()

@@ -19,12 +19,18 @@ def can_send_now(transport: Any) -> bool:
     )
 
 
+def buffers_nothing(transport: Any) -> bool:
+    """Whether a transport that passed :func:`can_send_now` has nothing waiting to be sent and is not closing."""
+    t = transport
+    return not (t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting)
+
+
 def send_now(transport: Any, parts: list[bytes], direct: bool) -> list[bytes]:
     """Send ``parts`` in one system call if ``direct`` (the transport passed :func:`can_send_now`, which callers
     keep) and nothing is buffered, else through the transport's buffer; returns what was left to the buffer
     (nothing when the socket took it all)."""
     t = transport
-    if not direct or t._tempDataLen or t.offset != len(t.dataBuffer) or t.disconnecting or t._aborting:
+    if not direct or not buffers_nothing(t):
         t.writeSequence(parts)
         return parts
     data = b"".join(parts)

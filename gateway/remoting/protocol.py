@@ -25,8 +25,9 @@ from .budget import MemoryBudget
 from .codec import FrameDecoder, ProtocolError, encode_parts
 from .codes import RPC_ONEWAY
 from .command import RemotingCommand
-from .direct import can_send_now, send_now, set_no_delay
+from .direct import buffers_nothing, can_send_now, send_now, set_no_delay
 from .dispatch import RequestDispatcher
+from .sender import SendThread
 
 log = Logger()
 
@@ -77,6 +78,9 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self._replies: list[bytes] | None = None
         # A plain TCP transport whose empty buffer we may bypass (see _send_now).
         self._direct = False
+        # A server connection's channel on its factory's send thread, if it has one.
+        self._sender: SendThread | None = None
+        self._channel: int | None = None
 
     # -- connection lifecycle
 
@@ -95,6 +99,13 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             self.callLater = self.clock.callLater
             self.setTimeout(self.idle_timeout)
         self._direct = can_send_now(self.transport)
+        sender = getattr(self.factory, "sender", None)
+        if self._direct and sender is not None:
+            try:
+                self._channel = sender.open(self, self.transport.fileno())
+                self._sender = sender
+            except OSError as e:  # out of descriptors: this connection sends on the reactor
+                log.warn("{peer} sends on the reactor: {error}", peer=self.peer, error=e)
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if isinstance(self.factory, RemotingServerFactory):
@@ -104,6 +115,9 @@ class RemotingProtocol(Protocol, TimeoutMixin):
 
     def connectionLost(self, reason: Any = None) -> None:
         self.connected_ = False
+        if self._sender is not None and self._channel is not None:
+            self._sender.close(self._channel)
+            self._channel = None
         self.setTimeout(None)
         self._release()
         pending, self.pending = self.pending, {}
@@ -216,11 +230,23 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             self._send_now(replies)
 
     def _send_now(self, parts: list[bytes]) -> None:
-        """Send the frames of one read or one reactor turn: to the socket now when nothing is buffered before
-        them (:func:`~gateway.remoting.direct.send_now`)."""
+        """Send the frames of one read or one reactor turn when nothing is buffered before them: on the send thread
+        if the connection has a channel, else to the socket now (:func:`~gateway.remoting.direct.send_now`)."""
+        if self._channel is not None and buffers_nothing(self.transport):
+            self._sender.send(self._channel, parts)  # type: ignore[union-attr]
+            return
         left = send_now(self.transport, parts, self._direct)
         if left:
             self._charge_if_paused(left)
+
+    def take_back(self) -> None:
+        """Move what the send thread has not sent yet into the transport: its socket stalled, or we close."""
+        if self._channel is None:
+            return
+        data = self._sender.take(self._channel)  # type: ignore[union-attr]
+        if data and self.connected_:
+            self.transport.write(data)
+            self._charge_if_paused([data])
 
     def _charge_if_paused(self, parts: list[bytes]) -> None:
         if self._paused and self.budget is not None:
@@ -258,6 +284,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
 
     def close(self) -> None:
         if self.transport is not None:
+            self.take_back()
             # A transport waits for its producer to unregister before it closes (TLS does).
             self.transport.unregisterProducer()
             self.transport.loseConnection()
@@ -292,6 +319,8 @@ class RemotingServerFactory(Factory):
         self.idle_timeout = idle_timeout
         self.budget = budget if budget is not None else MemoryBudget()
         self.channels: set[RemotingProtocol] = set()
+        # Where connections made from now on send their replies (see gateway.remoting.sender); None: the reactor.
+        self.sender: SendThread | None = None
         self._closing: dict[RemotingProtocol, Deferred[None]] = {}
 
     def opened(self, channel: RemotingProtocol) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 
 import orjson
+import pytest
 import pytest_twisted
 from twisted.internet import defer, reactor
 
 from compat_tests.servers import create_topic_request
+from gateway.remoting import sender
 from gateway.remoting.bodies import ConsumerData, HeartbeatData, ProducerData, SubscriptionData
 from gateway.remoting.codec import FrameDecoder
 from gateway.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -99,6 +101,24 @@ async def test_cpp_golden_send_then_pull(broker: BrokerUnderTest) -> None:
     assert msg.properties["UNIQ_KEY"] == "0100007F000091080000C17B88710100"
     assert "WAIT" not in msg.properties and msg.properties["CLUSTER"] == "DefaultCluster"
     assert msg.born_host.startswith("127.0.0.1:") and msg.store_host == broker.addr
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_broker_answers_from_its_send_thread(make_broker) -> None:
+    b = make_broker()
+    c = b.start()
+    if sender._c_sender is None:
+        await b.stop()
+        pytest.skip("the C send thread is not built (or ROCKETMQ_GATEWAY_PURE_PYTHON=1)")
+    try:
+        resp = await b.call(golden_request("cpp_code10_req"))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        (channel,) = c.factory.channels
+        assert c.factory.sender is c.send_thread is not None
+        assert channel._sender is c.send_thread and channel._channel is not None
+    finally:
+        await b.stop()
+    assert c.send_thread._stopped
 
 
 @pytest_twisted.ensureDeferred

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.remoting import codec
+from gateway.remoting import codec, sender
 from gateway.remoting.codes import SerializeType
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CommandHeader, SendMessageRequestHeader
@@ -289,9 +289,11 @@ def test_the_c_code_is_built_where_a_compiler_is() -> None:
         pytest.skip(f"no C compiler ({compiler}): the Python codec is the one in use")
     assert C is not None, "pip install -e . should have built gateway/remoting/_codec.c"
     importlib.import_module("gateway.store._store")  # and gateway/store/_store.c
+    importlib.import_module("gateway.remoting._sender")  # and gateway/remoting/_sender.c
     in_use = codec._decode_rocketmq_header_py if PURE else C.decode_rocketmq_header
     assert codec.decode_rocketmq_header is in_use
     assert (native.c_store is None) == PURE
+    assert (sender._c_sender is None) == PURE
 
 
 @needs_c

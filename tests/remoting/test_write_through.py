@@ -1,15 +1,17 @@
 """Replies to one read, and frames written outside a read in one reactor turn, leave in one send, straight to the
 socket when nothing is buffered before them, and stay in order when the socket is full (Twisted buffers the
-rest)."""
+rest). With a send thread (the broker's), the same sends leave from that thread, and the same orders hold."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
@@ -19,15 +21,24 @@ from gateway.remoting.codec import FrameDecoder, encode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingProtocol, RemotingServerFactory
+from gateway.remoting.sender import SendThread, start_send_thread
 
 BIG = 256 * 1024
 
 
-def _server() -> tuple[RemotingServerFactory, Any, str]:
+def _send_thread() -> SendThread:
+    thread = start_send_thread(reactor)
+    if thread is None:
+        pytest.skip("the C send thread is not built (or ROCKETMQ_GATEWAY_PURE_PYTHON=1)")
+    return thread
+
+
+def _server(sender: SendThread | None = None) -> tuple[RemotingServerFactory, Any, str]:
     dispatcher = RequestDispatcher()
     dispatcher.register(1, lambda ch, req: req.response(ext_fields={"i": req.ext("i") or ""}))
     dispatcher.register(2, lambda ch, req: req.response(ext_fields={"i": req.ext("i") or ""}, body=b"b" * BIG))
     factory = RemotingServerFactory(dispatcher)
+    factory.sender = sender
     port = reactor.listenTCP(0, factory, interface="127.0.0.1")
     return factory, port, f"127.0.0.1:{port.getHost().port}"
 
@@ -80,9 +91,9 @@ async def test_the_replies_to_one_read_leave_in_one_send_without_a_reactor_turn(
 
 
 @contextlib.asynccontextmanager
-async def _raw_connection() -> AsyncIterator[tuple[socket.socket, RemotingProtocol]]:
+async def _raw_connection(sender: SendThread | None = None) -> AsyncIterator[tuple[socket.socket, RemotingProtocol]]:
     """A server, a non-blocking socket to it (read only when the test says) and the server's side of it."""
-    factory, port, addr = _server()
+    factory, port, addr = _server(sender)
     host, port_number = addr.split(":")
     sock = socket.create_connection((host, int(port_number)))
     sock.setblocking(False)
@@ -94,6 +105,8 @@ async def _raw_connection() -> AsyncIterator[tuple[socket.socket, RemotingProtoc
         sock.close()
         await factory.close_all()
         await port.stopListening()
+        if sender is not None:
+            sender.stop()
 
 
 async def _read(sock: socket.socket, count: int, timeout: float) -> list[RemotingCommand]:
@@ -162,3 +175,95 @@ async def test_a_reply_does_not_overtake_a_frame_written_before_it() -> None:
         server_side.dataReceived(_frame(1, 101))
         got = await _read(sock, 2, 10)
         assert [c.opaque for c in got] == [100, 101]
+
+
+# -- with a send thread (the broker's)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_send_thread_sends_the_replies_instead_of_the_reactor() -> None:
+    async with _raw_connection(_send_thread()) as (sock, server_side):
+        counts = _spy(server_side)
+        sock.sendall(b"".join(_frame(1, i) for i in range(8)))
+        got = await _read(sock, 8, 10)
+        assert [c.opaque for c in got] == list(range(8))
+        assert counts["reads"] >= 1
+        assert counts["sends"] == counts["buffered"] == 0  # the reactor wrote nothing itself
+
+
+@pytest_twisted.ensureDeferred
+async def test_with_a_send_thread_replies_stay_in_order_when_the_socket_is_full() -> None:
+    async with _raw_connection(_send_thread()) as (sock, server_side):
+        counts = _spy(server_side)
+        taken: list[int] = []
+        take_back = server_side.take_back
+
+        def spied_take_back() -> None:
+            taken.append(len(server_side.transport.dataBuffer) + server_side.transport._tempDataLen)
+            take_back()
+
+        server_side.take_back = spied_take_back  # type: ignore[method-assign]
+        server_side.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        # The thread fills the socket and stalls; the connection takes the rest back into Twisted's buffer, and the
+        # small replies of later reads queue behind it there.
+        sock.sendall(b"".join(_frame(2, i) for i in range(8)))
+        await _sleep(0.1)
+        for i in range(8, 16):
+            sock.sendall(_frame(1, i))
+            await _sleep(0.02)
+        assert taken and taken[0] == 0  # taken back while Twisted held nothing
+        t = server_side.transport
+        assert t.dataBuffer or t._tempDataLen  # Twisted holds the rest now
+        got = await _read(sock, 16, 20)
+        assert [r.opaque for r in got] == list(range(16))
+        assert [len(r.body) for r in got] == [BIG] * 8 + [0] * 8
+        # Drained: replies go to the thread again.
+        sends = counts["sends"]
+        sock.sendall(_frame(1, 16))
+        assert [r.opaque for r in await _read(sock, 1, 10)] == [16]
+        assert counts["sends"] == sends
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_the_server_closes_sends_what_its_thread_holds_first() -> None:
+    async with _raw_connection(_send_thread()) as (sock, server_side):
+        # Queued on the thread, which has not been woken yet (that waits for the end of this reactor turn).
+        server_side.dataReceived(b"".join(_frame(1, i) for i in range(3)))
+        server_side.close()
+        got = await _read(sock, 3, 10)
+        assert [c.opaque for c in got] == [0, 1, 2]
+        assert await _recv_until_closed(sock, 10) == b""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_channel_closes_its_socket_with_its_connection() -> None:
+    thread = _send_thread()
+    async with _raw_connection(thread) as (sock, server_side):
+        dup = server_side._channel
+        assert dup is not None and dup != server_side.transport.fileno()
+        link = os.readlink(f"/proc/self/fd/{dup}")
+        assert link == os.readlink(f"/proc/self/fd/{server_side.transport.fileno()}")  # the same socket
+        # An abort (an idle or evicted connection) reaches the peer at once: the dup does not keep the socket open.
+        server_side.transport.abortConnection()
+        assert await _recv_until_closed(sock, 10) == b""
+        await _sleep(0.1)
+        with contextlib.suppress(FileNotFoundError):
+            assert os.readlink(f"/proc/self/fd/{dup}") != link
+
+
+async def _recv_until_closed(sock: socket.socket, timeout: float) -> bytes:
+    """What arrives on ``sock`` until the peer closes it (a reset counts as a close)."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(1 << 16)
+        except BlockingIOError:
+            await _sleep(0.01)
+            continue
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError("still open")

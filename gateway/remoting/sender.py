@@ -1,0 +1,128 @@
+"""A server's socket writes on a thread that never takes the GIL (``_sender.c``), as Netty's worker threads send a
+Java broker's responses beside the threads that process requests.
+
+On loopback and on a busy broker, ``send`` is the costliest system call of a request: the kernel runs the TCP
+transmit path there and, for a local peer, that peer's receive path and wake-up too (about a sixth of a send's
+CPU time, measured on the broker's reactor). On this thread that work runs on another core while the reactor goes on
+parsing and storing, so one broker uses more than one core.
+
+A connection hands its replies to the thread only while its transport buffers nothing (what
+:func:`~gateway.remoting.direct.send_now` checks). When a socket stops taking bytes (a slow peer), the thread keeps
+what it could not send, tells the reactor through a pipe, and the connection takes the bytes back into its
+transport, which buffers them and pauses the peer's reads as it always does; it goes back to the thread once its
+transport has sent everything. Before the server closes a connection itself, the connection takes back what the
+thread has not sent yet, so it leaves before the close.
+
+Without the C extension (or with ``ROCKETMQ_GATEWAY_PURE_PYTHON=1``) :func:`start_send_thread` returns None and
+every reply is sent on the reactor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Protocol
+
+from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
+from zope.interface import implementer
+
+
+class Stalling(Protocol):
+    """A connection that sends through the thread: told when its socket stopped taking bytes."""
+
+    def take_back(self) -> None: ...
+
+
+def _load() -> Any:
+    if os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"):
+        return None
+    try:
+        from . import _sender
+    except ImportError:
+        return None
+    return _sender
+
+
+_c_sender = _load()
+
+
+@implementer(IReadDescriptor)
+class SendThread:
+    """The thread, its stall pipe (watched by ``reactor``) and the connections that send through it."""
+
+    def __init__(self, reactor: Any) -> None:
+        assert _c_sender is not None
+        self._reactor = reactor
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(self._write_fd, False)  # a full pipe already wakes the reactor: the thread never waits on it
+        self._thread = _c_sender.SendThread(self._write_fd)
+        self._channels: dict[int, Stalling] = {}
+        self._stopped = False
+        self._kick: Any = None  # the DelayedCall that wakes the thread at the end of this reactor turn
+        reactor.addReader(self)
+
+    def open(self, connection: Stalling, socket: Any) -> int:
+        """A channel for ``connection``'s socket (a dup, closed by :meth:`close` after what was sent on it)."""
+        channel = self._thread.open(socket)
+        self._channels[channel] = connection
+        return channel
+
+    def send(self, channel: int, parts: list[bytes]) -> None:
+        """Queue ``parts`` (copied) to leave in one piece after what the channel has queued; they leave by the end
+        of this reactor turn."""
+        self._thread.send(channel, parts)
+        if self._kick is None:
+            # One wake-up for a turn's replies: on a single core, each is two context switches.
+            self._kick = self._reactor.callLater(0, self._wake)
+
+    def _wake(self) -> None:
+        self._kick = None
+        self._thread.kick()
+
+    def take(self, channel: int) -> bytes | None:
+        """What the channel has not sent yet (None: nothing); the thread sends for it again after this."""
+        return self._thread.take(channel)
+
+    def close(self, channel: int) -> None:
+        """Forget the channel; its dup is closed once what was queued before is sent."""
+        if self._channels.pop(channel, None) is not None and not self._stopped:
+            self._thread.close(channel)
+
+    def doRead(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read_fd, 4096)
+        for channel in self._thread.stalled():
+            connection = self._channels.get(channel)
+            if connection is not None:
+                connection.take_back()
+
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def connectionLost(self, reason: Any) -> None:
+        pass  # the reactor is going: stop() cleans up
+
+    def logPrefix(self) -> str:
+        return "send-thread"
+
+    def stop(self) -> None:
+        """Send what is queued, end the thread, stop watching its pipe."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._kick is not None:
+            self._kick.cancel()
+            self._kick = None
+        self._reactor.removeReader(self)
+        self._thread.stop()
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+
+def start_send_thread(reactor: Any) -> SendThread | None:
+    """A send thread for a server on ``reactor``; None without the C extension or a reactor that watches
+    descriptors."""
+    if _c_sender is None or not IReactorFDSet.providedBy(reactor):
+        return None
+    return SendThread(reactor)
