@@ -232,8 +232,11 @@ enqueue(SendThread *t, Item *it, int wake)
         PyErr_SetString(PyExc_RuntimeError, "SendThread is stopped");
         return -1;
     }
-    while (t->queued > MAX_QUEUED_BYTES && t->head != NULL)
+    while (t->queued > MAX_QUEUED_BYTES && t->head != NULL) {
+        if (t->sleeping) /* it has not been kicked yet */
+            pthread_cond_signal(&t->work);
         pthread_cond_wait(&t->idle, &t->mu);
+    }
     if (t->tail != NULL)
         t->tail->next = it;
     else

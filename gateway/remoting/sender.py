@@ -85,8 +85,8 @@ class SendThread:
         return self._thread.take(channel)
 
     def close(self, channel: int) -> None:
-        """Forget the channel; its dup is closed once what was queued before is sent."""
-        if self._channels.pop(channel, None) is not None and not self._stopped:
+        """Forget the channel; its dup is closed once what was queued before is sent (at once if stopped)."""
+        if self._channels.pop(channel, None) is not None:
             self._thread.close(channel)
 
     def doRead(self) -> None:
