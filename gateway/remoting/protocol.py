@@ -78,9 +78,9 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         self._replies: list[bytes] | None = None
         # A plain TCP transport whose empty buffer we may bypass (see _send_now).
         self._direct = False
-        # A server connection's channel on its factory's send thread, if it has one.
+        # A server connection's send thread (its factory's, if it has one) and its channel there.
         self._sender: SendThread | None = None
-        self._channel: int | None = None
+        self._channel = -1
 
     # -- connection lifecycle
 
@@ -115,9 +115,9 @@ class RemotingProtocol(Protocol, TimeoutMixin):
 
     def connectionLost(self, reason: Any = None) -> None:
         self.connected_ = False
-        if self._sender is not None and self._channel is not None:
+        if self._sender is not None:
             self._sender.close(self._channel)
-            self._channel = None
+            self._sender = None
         self.setTimeout(None)
         self._release()
         pending, self.pending = self.pending, {}
@@ -219,7 +219,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             # Outside a read (SYNC_FLUSH answers released by one fsync, a slave's ack, our own requests): gathered
             # until the end of this reactor turn, then sent as a read's replies are.
             self._replies = list(parts)
-            self.transport.reactor.callLater(0, self._end_batch)
+            self.transport.reactor.callLater(0, self._end_turn)
         else:
             self.transport.writeSequence(parts)
             self._charge_if_paused(parts)
@@ -229,11 +229,19 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         if replies and self.connected_:
             self._send_now(replies)
 
+    def _end_turn(self) -> None:
+        # Frames written outside a read (SYNC_FLUSH answers released by an fsync): the send thread, if any, is
+        # woken now rather than a reactor turn later.
+        self._end_batch()
+        if self._sender is not None:
+            self._sender.wake()
+
     def _send_now(self, parts: list[bytes]) -> None:
         """Send the frames of one read or one reactor turn when nothing is buffered before them: on the send thread
         if the connection has a channel, else to the socket now (:func:`~gateway.remoting.direct.send_now`)."""
-        if self._channel is not None and buffers_nothing(self.transport):
-            self._sender.send(self._channel, parts)  # type: ignore[union-attr]
+        sender = self._sender
+        if sender is not None and buffers_nothing(self.transport):
+            sender.send(self._channel, parts)
             return
         left = send_now(self.transport, parts, self._direct)
         if left:
@@ -241,9 +249,10 @@ class RemotingProtocol(Protocol, TimeoutMixin):
 
     def take_back(self) -> None:
         """Move what the send thread has not sent yet into the transport: its socket stalled, or we close."""
-        if self._channel is None:
+        sender = self._sender
+        if sender is None:
             return
-        data = self._sender.take(self._channel)  # type: ignore[union-attr]
+        data = sender.take(self._channel)
         if data and self.connected_:
             self.transport.write(data)
             self._charge_if_paused([data])

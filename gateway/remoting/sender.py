@@ -74,9 +74,13 @@ class SendThread:
         self._thread.send(channel, parts)
         if self._kick is None:
             # One wake-up for a turn's replies: on a single core, each is two context switches.
-            self._kick = self._reactor.callLater(0, self._wake)
+            self._kick = self._reactor.callLater(0, self._kicked)
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Wake the thread now if it sleeps with frames queued (it wakes by itself at the end of the turn)."""
+        self._thread.kick()
+
+    def _kicked(self) -> None:
         self._kick = None
         self._thread.kick()
 

@@ -115,7 +115,7 @@ async def test_the_broker_answers_from_its_send_thread(make_broker) -> None:
         assert resp.code == ResponseCode.SUCCESS, resp.remark
         (channel,) = c.factory.channels
         assert c.factory.sender is c.send_thread is not None
-        assert channel._sender is c.send_thread and channel._channel is not None
+        assert channel._sender is c.send_thread and channel._channel >= 0
     finally:
         await b.stop()
     assert c.send_thread._stopped

@@ -240,7 +240,7 @@ async def test_a_channel_closes_its_socket_with_its_connection() -> None:
     thread = _send_thread()
     async with _raw_connection(thread) as (sock, server_side):
         dup = server_side._channel
-        assert dup is not None and dup != server_side.transport.fileno()
+        assert server_side._sender is thread and dup != server_side.transport.fileno()
         link = os.readlink(f"/proc/self/fd/{dup}")
         assert link == os.readlink(f"/proc/self/fd/{server_side.transport.fileno()}")  # the same socket
         # An abort (an idle or evicted connection) reaches the peer at once: the dup does not keep the socket open.
@@ -267,3 +267,18 @@ async def _recv_until_closed(sock: socket.socket, timeout: float) -> bytes:
             return data
         data += chunk
     raise AssertionError("still open")
+
+
+@pytest_twisted.ensureDeferred
+async def test_frames_written_outside_a_read_wake_the_send_thread_at_the_end_of_the_turn() -> None:
+    thread = _send_thread()
+    async with _raw_connection(thread) as (sock, server_side):
+        wakes: list[int] = []
+        wake = thread.wake
+        thread.wake = lambda: (wakes.append(1), wake())[1]  # type: ignore[method-assign]
+        # As an fsync or a slave's ack releases several waiting sends of one connection at once.
+        for i in range(5):
+            server_side.send_command(_command(1, i))
+        got = await _read(sock, 5, 10)
+        assert [c.opaque for c in got] == list(range(5))
+        assert wakes == [1]  # once, when the turn's frames were handed over, not a turn later
