@@ -2,7 +2,8 @@
  *
  * On loopback and on a busy server, send() is the costliest system call of a request: the kernel runs the TCP
  * transmit path and, on loopback, the peer's receive path and its wake-up too. Done on the reactor thread, that is
- * about a sixth of a send's CPU time; done here, it runs on another core when the process has one.
+ * about a sixth of a send's CPU time; done here, it runs on another core when the process has one. A send the peer
+ * waits on may still go from the reactor (send(..., now=True)) when nothing of its channel is queued: see sender.py.
  *
  * A channel is a dup() of a connection's socket, so its number cannot be reused while frames for it are queued.
  * Frames are copied into the queue and sent in order, non-blocking. When a socket takes less than it is given (the
@@ -20,16 +21,20 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* What the queue may hold before send() waits for the thread: a cap on memory for a thread that cannot keep up. */
 #define MAX_QUEUED_BYTES (64u << 20)
+/* Parts a reply sent on the caller's thread may have (one sendmsg); one with more goes through the queue. */
+#define MAX_NOW_PARTS 64
 
 enum { OPEN, STALLED, FAILED };
 
 typedef struct Channel {
     int fd;
     int state;
+    size_t inflight; /* its items queued or in the thread's batch (atomic: both sides count) */
     unsigned char *stash;
     size_t stash_len, stash_cap;
 } Channel;
@@ -151,6 +156,8 @@ send_thread_run(void *arg)
                     stalled[n++] = it->ch->fd;
                 /* else: out of memory; the stash waits for the next take() of this channel */
             }
+            if (!it->close) /* after its send: the reactor may send on this channel itself once none is left */
+                __atomic_sub_fetch(&it->ch->inflight, 1, __ATOMIC_RELEASE);
             free(it);
         }
         pthread_mutex_lock(&t->mu);
@@ -244,6 +251,8 @@ enqueue(SendThread *t, Item *it, int wake)
         t->head = it;
     t->tail = it;
     t->queued += it->len;
+    if (!it->close)
+        __atomic_add_fetch(&it->ch->inflight, 1, __ATOMIC_RELEASE);
     if (wake && t->sleeping)
         pthread_cond_signal(&t->work);
     pthread_mutex_unlock(&t->mu);
@@ -285,11 +294,71 @@ send_thread_open(SendThread *t, PyObject *arg)
     return PyLong_FromLong(ch->fd);
 }
 
+/* Send on the caller's thread: nothing of this channel is queued or being sent. None when the socket took everything
+ * (or the channel failed: the reactor sees the connection close on its read side), else the bytes it did not take,
+ * for the caller's transport to buffer. */
+static PyObject *
+send_now(Channel *ch, PyObject *parts, Py_ssize_t n)
+{
+    Py_buffer bufs[MAX_NOW_PARTS];
+    struct iovec iov[MAX_NOW_PARTS];
+    size_t len = 0;
+    Py_ssize_t got;
+    for (got = 0; got < n; got++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(parts, got), &bufs[got], PyBUF_SIMPLE) < 0)
+            break;
+        iov[got].iov_base = bufs[got].buf;
+        iov[got].iov_len = (size_t)bufs[got].len;
+        len += (size_t)bufs[got].len;
+    }
+    PyObject *result = NULL;
+    if (got == n) {
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        size_t sent = 0;
+        int err = 0;
+        while (sent < len) {
+            ssize_t k = sendmsg(ch->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (k < 0) {
+                if (errno == EINTR)
+                    continue;
+                err = errno;
+                break;
+            }
+            sent += (size_t)k;
+            while (k > 0 && msg.msg_iovlen > 0) { /* step past what the socket took */
+                if ((size_t)k >= msg.msg_iov->iov_len) {
+                    k -= (ssize_t)msg.msg_iov->iov_len;
+                    msg.msg_iov++;
+                    msg.msg_iovlen--;
+                } else {
+                    msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + k;
+                    msg.msg_iov->iov_len -= (size_t)k;
+                    k = 0;
+                }
+            }
+        }
+        if (sent == len || (err != EAGAIN && err != EWOULDBLOCK)) {
+            if (sent < len)
+                ch->state = FAILED;
+            result = Py_NewRef(Py_None);
+        } else if ((result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(len - sent))) != NULL) {
+            char *p = PyBytes_AS_STRING(result);
+            for (size_t i = 0; i < msg.msg_iovlen; i++) {
+                memcpy(p, msg.msg_iov[i].iov_base, msg.msg_iov[i].iov_len);
+                p += msg.msg_iov[i].iov_len;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < got; i++)
+        PyBuffer_Release(&bufs[i]);
+    return result;
+}
+
 static PyObject *
 send_thread_send(SendThread *t, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "send(channel, parts: list)");
+    if (nargs != 3 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "send(channel, parts: list, now: bool)");
         return NULL;
     }
     Channel *ch = lookup(t, args[0]);
@@ -297,6 +366,11 @@ send_thread_send(SendThread *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *parts = args[1];
     Py_ssize_t n = PyList_GET_SIZE(parts);
+    int now = PyObject_IsTrue(args[2]);
+    if (now < 0)
+        return NULL;
+    if (now && __atomic_load_n(&ch->inflight, __ATOMIC_ACQUIRE) == 0 && ch->state == OPEN && n <= MAX_NOW_PARTS)
+        return send_now(ch, parts, n);
     size_t len = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_buffer b;
@@ -326,7 +400,7 @@ send_thread_send(SendThread *t, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&b);
     }
     it->len = off;
-    if (enqueue(t, it, 0) < 0) {
+    if (enqueue(t, it, now) < 0) { /* a send asked for now that must queue wakes the thread */
         free(it);
         return NULL;
     }
@@ -355,6 +429,8 @@ send_thread_take(SendThread *t, PyObject *arg)
             if (ch->state != FAILED && stash_append(ch, it->data, it->len) < 0)
                 failed = 1;
             t->queued -= it->len;
+            if (!it->close)
+                __atomic_sub_fetch(&ch->inflight, 1, __ATOMIC_RELEASE);
             *link = it->next;
             free(it);
         } else {
@@ -473,8 +549,9 @@ send_thread_dealloc(SendThread *t)
 static PyMethodDef send_thread_methods[] = {
     {"open", (PyCFunction)send_thread_open, METH_O, "open(sock or fd) -> channel id: a dup of the socket to send on."},
     {"send", (PyCFunction)(void (*)(void))send_thread_send, METH_FASTCALL,
-     "send(channel, parts): queue the parts (bytes-like, copied) to leave in one piece, after what is queued; "
-     "a busy thread finds them, a sleeping one waits for kick()."},
+     "send(channel, parts, now) -> None or bytes: the parts (bytes-like) to leave in one piece after what is queued. "
+     "With now, and nothing of the channel queued, sent on the caller's thread: returns what the socket did not "
+     "take. Else copied into the queue: a busy thread finds them, a sleeping one waits for kick()."},
     {"kick", (PyCFunction)send_thread_kick, METH_NOARGS, "kick(): wake the thread if it sleeps with items queued."},
     {"take", (PyCFunction)send_thread_take, METH_O,
      "take(channel) -> bytes or None: what is not sent yet, taken back; the channel sends again after it."},

@@ -224,24 +224,25 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             self.transport.writeSequence(parts)
             self._charge_if_paused(parts)
 
-    def _end_batch(self) -> None:
+    def _end_batch(self, waited: bool = False) -> None:
         replies, self._replies = self._replies, None
         if replies and self.connected_:
-            self._send_now(replies)
+            self._send_now(replies, waited)
 
     def _end_turn(self) -> None:
-        # Frames written outside a read (SYNC_FLUSH answers released by an fsync): the send thread, if any, is
-        # woken now rather than a reactor turn later.
-        self._end_batch()
-        if self._sender is not None:
-            self._sender.wake()
+        self._end_batch(waited=True)
 
-    def _send_now(self, parts: list[bytes]) -> None:
-        """Send the frames of one read or one reactor turn when nothing is buffered before them: on the send thread
-        if the connection has a channel, else to the socket now (:func:`~gateway.remoting.direct.send_now`)."""
+    def _send_now(self, parts: list[bytes], waited: bool = False) -> None:
+        """Send the frames of one read or one reactor turn when nothing is buffered before them: through the send
+        thread if the connection has a channel, else to the socket now (:func:`~gateway.remoting.direct.send_now`).
+        ``waited``: frames written outside a read (SYNC_FLUSH answers released by an fsync, a slave's ack), whose
+        senders wait on them one by one; they leave now rather than wait for the thread to be scheduled."""
         sender = self._sender
         if sender is not None and buffers_nothing(self.transport):
-            sender.send(self._channel, parts)
+            rest = sender.send(self._channel, parts, waited)
+            if rest:
+                self.transport.write(rest)
+                self._charge_if_paused([rest])
             return
         left = send_now(self.transport, parts, self._direct)
         if left:

@@ -6,6 +6,13 @@ transmit path there and, for a local peer, that peer's receive path and wake-up 
 CPU time, measured on the broker's reactor). On this thread that work runs on another core while the reactor goes on
 parsing and storing, so one broker uses more than one core.
 
+Not every reply is handed over: a thread woken on a busy machine waits for the scheduler, and a peer that waits
+for its reply (a Java producer's sending threads, a SYNC_FLUSH send) would wait with it. So the first reply of a
+reactor turn leaves from the reactor at once, and so do frames written outside a read (answers released by an
+fsync or a slave's ack); the replies of the turn's further reads, which would otherwise wait for those reads to be
+processed, go to the thread, woken once at the end of the turn. Nothing is sent from the reactor while frames of the
+same channel are queued, so a channel's frames keep their order.
+
 A connection hands its replies to the thread only while its transport buffers nothing (what
 :func:`~gateway.remoting.direct.send_now` checks). When a socket stops taking bytes (a slow peer), the thread keeps
 what it could not send, tells the reactor through a pipe, and the connection takes the bytes back into its
@@ -68,17 +75,18 @@ class SendThread:
         self._channels[channel] = connection
         return channel
 
-    def send(self, channel: int, parts: list[bytes]) -> None:
-        """Queue ``parts`` (copied) to leave in one piece after what the channel has queued; they leave by the end
-        of this reactor turn."""
-        self._thread.send(channel, parts)
-        if self._kick is None:
-            # One wake-up for a turn's replies: on a single core, each is two context switches.
+    def send(self, channel: int, parts: list[bytes], now: bool = False) -> bytes | None:
+        """Send ``parts`` in one piece after what the channel has queued. The first send of a reactor turn, or one
+        sent ``now``, leaves at once from the reactor if nothing of its channel is queued (its peer waits for it:
+        handing it over would add the thread's scheduling to its latency); returns what the socket did not take
+        then, for the transport to buffer. Other sends are queued (copied) for the thread, woken once at the end of
+        the turn: on a single core, each wake-up is two context switches."""
+        if not now and self._kick is None:
             self._kick = self._reactor.callLater(0, self._kicked)
-
-    def wake(self) -> None:
-        """Wake the thread now if it sleeps with frames queued (it wakes by itself at the end of the turn)."""
-        self._thread.kick()
+            now = True
+        # A send asked for now that must be queued after all (behind frames of its channel, or in more parts than
+        # one sendmsg takes) wakes the thread itself.
+        return self._thread.send(channel, parts, now)
 
     def _kicked(self) -> None:
         self._kick = None

@@ -180,15 +180,28 @@ async def test_a_reply_does_not_overtake_a_frame_written_before_it() -> None:
 # -- with a send thread (the broker's)
 
 
+def _recv_now(sock: socket.socket, wait: float = 0.05) -> list[RemotingCommand]:
+    """The frames that arrive within ``wait`` seconds without letting the reactor run."""
+    time.sleep(wait)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := sock.recv(1 << 20):
+            data += chunk
+    return FrameDecoder().feed(data)
+
+
 @pytest_twisted.ensureDeferred
-async def test_a_send_thread_sends_the_replies_instead_of_the_reactor() -> None:
+async def test_the_first_reply_of_a_turn_leaves_at_once_the_next_ones_from_the_thread() -> None:
     async with _raw_connection(_send_thread()) as (sock, server_side):
         counts = _spy(server_side)
-        sock.sendall(b"".join(_frame(1, i) for i in range(8)))
-        got = await _read(sock, 8, 10)
-        assert [c.opaque for c in got] == list(range(8))
-        assert counts["reads"] >= 1
-        assert counts["sends"] == counts["buffered"] == 0  # the reactor wrote nothing itself
+        # Two reads in one reactor turn (this test runs in it): the first one's reply is sent by the reactor at
+        # once; the second one's is queued for the thread, which is woken only at the end of the turn.
+        server_side.dataReceived(_frame(1, 0))
+        server_side.dataReceived(_frame(1, 1))
+        assert [c.opaque for c in _recv_now(sock)] == [0]
+        got = await _read(sock, 1, 10)  # the turn ends: the thread sends the rest
+        assert [c.opaque for c in got] == [1]
+        assert counts["sends"] == counts["buffered"] == 0  # neither went through Twisted
 
 
 @pytest_twisted.ensureDeferred
@@ -204,31 +217,33 @@ async def test_with_a_send_thread_replies_stay_in_order_when_the_socket_is_full(
 
         server_side.take_back = spied_take_back  # type: ignore[method-assign]
         server_side.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        # The thread fills the socket and stalls; the connection takes the rest back into Twisted's buffer, and the
-        # small replies of later reads queue behind it there.
-        sock.sendall(b"".join(_frame(2, i) for i in range(8)))
+        # The turn's first reply leaves at once; the big ones after it go to the thread, which fills the socket and
+        # stalls; the connection takes the rest back into Twisted's buffer, and the small replies of later reads
+        # queue behind it there.
+        server_side.dataReceived(_frame(1, 0))
+        server_side.dataReceived(b"".join(_frame(2, i) for i in range(1, 9)))
         await _sleep(0.1)
-        for i in range(8, 16):
+        for i in range(9, 17):
             sock.sendall(_frame(1, i))
             await _sleep(0.02)
         assert taken and taken[0] == 0  # taken back while Twisted held nothing
         t = server_side.transport
         assert t.dataBuffer or t._tempDataLen  # Twisted holds the rest now
-        got = await _read(sock, 16, 20)
-        assert [r.opaque for r in got] == list(range(16))
-        assert [len(r.body) for r in got] == [BIG] * 8 + [0] * 8
-        # Drained: replies go to the thread again.
+        got = await _read(sock, 17, 20)
+        assert [r.opaque for r in got] == list(range(17))
+        assert [len(r.body) for r in got] == [0] + [BIG] * 8 + [0] * 8
+        # Drained: replies go out without Twisted again.
         sends = counts["sends"]
-        sock.sendall(_frame(1, 16))
-        assert [r.opaque for r in await _read(sock, 1, 10)] == [16]
+        sock.sendall(_frame(1, 17))
+        assert [r.opaque for r in await _read(sock, 1, 10)] == [17]
         assert counts["sends"] == sends
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_connection_the_server_closes_sends_what_its_thread_holds_first() -> None:
     async with _raw_connection(_send_thread()) as (sock, server_side):
-        # Queued on the thread, which has not been woken yet (that waits for the end of this reactor turn).
-        server_side.dataReceived(b"".join(_frame(1, i) for i in range(3)))
+        server_side.dataReceived(_frame(1, 0))  # sent at once
+        server_side.dataReceived(b"".join(_frame(1, i) for i in (1, 2)))  # queued, the thread not woken yet
         server_side.close()
         got = await _read(sock, 3, 10)
         assert [c.opaque for c in got] == [0, 1, 2]
@@ -251,6 +266,26 @@ async def test_a_channel_closes_its_socket_with_its_connection() -> None:
             assert os.readlink(f"/proc/self/fd/{dup}") != link
 
 
+@pytest_twisted.ensureDeferred
+async def test_frames_written_outside_a_read_leave_from_the_reactor_in_one_piece() -> None:
+    thread = _send_thread()
+    async with _raw_connection(thread) as (sock, server_side):
+        calls: list[bool] = []
+        send = thread.send
+
+        def spied_send(channel: int, parts: list[bytes], now: bool = False) -> bytes | None:
+            calls.append(now)
+            return send(channel, parts, now)
+
+        thread.send = spied_send  # type: ignore[method-assign]
+        # As an fsync or a slave's ack releases several waiting sends of one connection at once: their senders wait.
+        for i in range(5):
+            server_side.send_command(_command(1, i))
+        got = await _read(sock, 5, 10)
+        assert [c.opaque for c in got] == list(range(5))
+        assert calls == [True]
+
+
 async def _recv_until_closed(sock: socket.socket, timeout: float) -> bytes:
     """What arrives on ``sock`` until the peer closes it (a reset counts as a close)."""
     data = b""
@@ -267,18 +302,3 @@ async def _recv_until_closed(sock: socket.socket, timeout: float) -> bytes:
             return data
         data += chunk
     raise AssertionError("still open")
-
-
-@pytest_twisted.ensureDeferred
-async def test_frames_written_outside_a_read_wake_the_send_thread_at_the_end_of_the_turn() -> None:
-    thread = _send_thread()
-    async with _raw_connection(thread) as (sock, server_side):
-        wakes: list[int] = []
-        wake = thread.wake
-        thread.wake = lambda: (wakes.append(1), wake())[1]  # type: ignore[method-assign]
-        # As an fsync or a slave's ack releases several waiting sends of one connection at once.
-        for i in range(5):
-            server_side.send_command(_command(1, i))
-        got = await _read(sock, 5, 10)
-        assert [c.opaque for c in got] == list(range(5))
-        assert wakes == [1]  # once, when the turn's frames were handed over, not a turn later
