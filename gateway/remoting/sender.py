@@ -69,9 +69,9 @@ class SendThread:
         self._kick: Any = None  # the DelayedCall that wakes the thread at the end of this reactor turn
         reactor.addReader(self)
 
-    def open(self, connection: Stalling, socket: Any) -> int:
-        """A channel for ``connection``'s socket (a dup, closed by :meth:`close` after what was sent on it)."""
-        channel = self._thread.open(socket)
+    def open(self, connection: Stalling, fd: int) -> int:
+        """A channel for ``connection``'s socket ``fd`` (a dup, closed by :meth:`close` after what was sent on it)."""
+        channel = self._thread.open(fd)
         self._channels[channel] = connection
         return channel
 
