@@ -219,7 +219,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             # Outside a read (SYNC_FLUSH answers released by one fsync, a slave's ack, our own requests): gathered
             # until the end of this reactor turn, then sent as a read's replies are.
             self._replies = list(parts)
-            self.transport.reactor.callLater(0, self._end_turn)
+            self.transport.reactor.callLater(0, self._end_batch, True)
         else:
             self.transport.writeSequence(parts)
             self._charge_if_paused(parts)
@@ -228,9 +228,6 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         replies, self._replies = self._replies, None
         if replies and self.connected_:
             self._send_now(replies, waited)
-
-    def _end_turn(self) -> None:
-        self._end_batch(waited=True)
 
     def _send_now(self, parts: list[bytes], waited: bool = False) -> None:
         """Send the frames of one read or one reactor turn when nothing is buffered before them: through the send

@@ -33,6 +33,8 @@ from typing import Any, Protocol
 from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
 from zope.interface import implementer
 
+from gateway.native import load_extension
+
 
 class Stalling(Protocol):
     """A connection that sends through the thread: told when its socket stopped taking bytes."""
@@ -40,17 +42,7 @@ class Stalling(Protocol):
     def take_back(self) -> None: ...
 
 
-def _load() -> Any:
-    if os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"):
-        return None
-    try:
-        from . import _sender
-    except ImportError:
-        return None
-    return _sender
-
-
-_c_sender = _load()
+_c_sender = load_extension("gateway.remoting._sender")
 
 
 @implementer(IReadDescriptor)

@@ -254,11 +254,10 @@ class CommitLog:
         return f, pos
 
     def _warm(self, f: MappedFile, end: int) -> None:
-        """Write zeros (pwrite) over the next ``_WARM_AHEAD`` bytes of ``f`` past ``end``, where records go next.
-        A record stored through the mapping into a page not yet in memory faults, and on ext4, while a flush writes
-        the file back, such a fault waited 20-30 ms on this machine (every few hundred ms under load: the p99 of
-        SYNC_MASTER sends); into a page written this way it does not (under 3.5 ms). Bytes past the writer are
-        zeros anyway: nothing changes in the file."""
+        """Write zeros (``MappedFile.write_at``) over the next ``_WARM_AHEAD`` bytes of ``f`` past ``end``, where
+        records go next: a record then goes through the mapping into a page already in memory, without the fault
+        ``write_at`` describes (every few hundred ms under load, it made the p99 of SYNC_MASTER sends; under 3.5 ms
+        this way). Bytes past the writer are zeros anyway: nothing changes in the file."""
         start = max(self._warm_to, end)
         stop = min(f.end_offset, end + _WARM_AHEAD)
         self._warm_to = stop

@@ -3,18 +3,6 @@ it was built and not refused with ``ROCKETMQ_GATEWAY_PURE_PYTHON=1``; else None,
 
 from __future__ import annotations
 
-import os
-from types import ModuleType
+from gateway.native import load_extension
 
-
-def _load() -> ModuleType | None:
-    if os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"):
-        return None
-    try:
-        from . import _store
-    except ImportError:
-        return None
-    return _store
-
-
-c_store = _load()
+c_store = load_extension("gateway.store._store")
