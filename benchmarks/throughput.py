@@ -396,16 +396,29 @@ def run_drain(
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def _proc_cpu(pid: int | None) -> float | None:
-    """CPU seconds (user + system) used so far by process ``pid``."""
-    if pid is None:
-        return None
+def _stat_cpu(path: Path) -> float | None:
+    """CPU seconds (user + system) in the ``stat`` file of a process or thread."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = path.read_text()
     except OSError:
         return None
     fields = stat.rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu(pid: int | None) -> float | None:
+    """CPU seconds (user + system) used so far by process ``pid``."""
+    return None if pid is None else _stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def _threads_cpu(pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far by each thread of process ``pid``, by thread id."""
+    if pid is None:
+        return {}
+    with contextlib.suppress(OSError):
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return {t: cpu for t in tasks if (cpu := _stat_cpu(Path(f"/proc/{pid}/task/{t}/stat"))) is not None}
+    return {}
 
 
 def _machine_cpu() -> tuple[int, int]:
@@ -417,25 +430,31 @@ def _machine_cpu() -> tuple[int, int]:
 
 
 class CpuMeter:
-    """CPU use of the broker process and of the whole machine between start() and stop()."""
+    """CPU use of the broker process, of its busiest thread and of the whole machine between start() and stop()."""
 
     def __init__(self, broker_pid: int | None) -> None:
         self.broker_pid = broker_pid
         self.broker: float | None = None
+        # A broker whose busiest thread uses a whole core cannot go faster with more cores.
+        self.busiest_thread: float | None = None
         self.machine: float | None = None
 
     def start(self) -> None:
         """Take the first sample."""
         self._t = time.monotonic()
         self._b = _proc_cpu(self.broker_pid)
+        self._threads = _threads_cpu(self.broker_pid)
         self._m = _machine_cpu()
 
     def stop(self) -> None:
-        """Take the second sample: ``broker`` in cores, ``machine`` as a fraction of all cores."""
+        """Take the second sample: ``broker`` and ``busiest_thread`` in cores, ``machine`` as a fraction of all
+        cores."""
         wall = time.monotonic() - self._t
         b = _proc_cpu(self.broker_pid)
         if b is not None and self._b is not None and wall > 0:
             self.broker = (b - self._b) / wall
+            used = [cpu - self._threads.get(t, 0.0) for t, cpu in _threads_cpu(self.broker_pid).items()]
+            self.busiest_thread = max(used, default=0.0) / wall
         busy, total = _machine_cpu()
         if total > self._m[1]:
             self.machine = (busy - self._m[0]) / (total - self._m[1])
@@ -580,6 +599,7 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
         "errors": errors_by_code,
         "generator_cpu": [r["cpu"] / seconds for r in reports] if seconds > 0 else [],
         "broker_cpu": meter.broker,
+        "broker_busiest_thread": meter.busiest_thread,
         "machine_cpu": meter.machine,
         "stored_per_queue": {f"{b}:{q}": n for (b, _a, q), n in sorted(stored.items())},
         "hot_spots": hot,
@@ -631,6 +651,8 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
     rows.append(
         "cpu send:  " + _cpu_line("generator", s["generator_cpu"], s["broker_cpu"], s["machine_cpu"], s["rate"])
     )
+    if s.get("broker_busiest_thread") is not None:
+        rows.append(f"           the broker's busiest thread {s['broker_busiest_thread'] * 100:.0f}% of a core")
     if d is not None:
         rows.append(
             "cpu drain: " + _cpu_line("consumer", [d["consumer_cpu"]], d["broker_cpu"], d["machine_cpu"], d["rate"])

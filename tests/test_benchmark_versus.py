@@ -21,6 +21,11 @@ def test_versus_runs_our_pair_and_verifies_its_drains(tmp_path: Path) -> None:
     for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         assert ours[flush]["send"]["rate"] > 0
         assert ours[flush]["drain"]["verify"].startswith("OK")
+        assert (
+            0
+            < ours[flush]["send"]["busiest_thread"]
+            <= ours[flush]["send"]["cpu_per_10k"] * ours[flush]["send"]["rate"] / 1e4 + 1e-6
+        )
     assert len(ours["loaded_rss_mb"]) == 2 and ours["idle_rss_one_process_mb"] > 0
 
 
