@@ -26,14 +26,11 @@ every reply is sent on the reactor.
 
 from __future__ import annotations
 
-import contextlib
-import os
 from typing import Any, Protocol
 
-from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
-from zope.interface import implementer
+from twisted.internet.interfaces import IReactorFDSet
 
-from gateway.native import load_extension
+from gateway.native import ThreadPipe, load_extension
 
 
 class Stalling(Protocol):
@@ -45,21 +42,16 @@ class Stalling(Protocol):
 _c_sender = load_extension("gateway.remoting._sender")
 
 
-@implementer(IReadDescriptor)
-class SendThread:
+class SendThread(ThreadPipe):
     """The thread, its stall pipe (watched by ``reactor``) and the connections that send through it."""
 
     def __init__(self, reactor: Any) -> None:
         assert _c_sender is not None
-        self._reactor = reactor
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._read_fd, False)
-        os.set_blocking(self._write_fd, False)  # a full pipe already wakes the reactor: the thread never waits on it
+        super().__init__(reactor, "send-thread")
         self._thread = _c_sender.SendThread(self._write_fd)
         self._channels: dict[int, Stalling] = {}
         self._stopped = False
         self._kick: Any = None  # the DelayedCall that wakes the thread at the end of this reactor turn
-        reactor.addReader(self)
 
     def open(self, connection: Stalling, fd: int) -> int:
         """A channel for ``connection``'s socket ``fd`` (a dup, closed by :meth:`close` after what was sent on it)."""
@@ -93,22 +85,11 @@ class SendThread:
         if self._channels.pop(channel, None) is not None:
             self._thread.close(channel)
 
-    def doRead(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._read_fd, 4096)
+    def on_news(self) -> None:
         for channel in self._thread.stalled():
             connection = self._channels.get(channel)
             if connection is not None:
                 connection.take_back()
-
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def connectionLost(self, reason: Any) -> None:
-        pass  # the reactor is going: stop() cleans up
-
-    def logPrefix(self) -> str:
-        return "send-thread"
 
     def stop(self) -> None:
         """Send what is queued, end the thread, stop watching its pipe."""
@@ -118,10 +99,8 @@ class SendThread:
         if self._kick is not None:
             self._kick.cancel()
             self._kick = None
-        self._reactor.removeReader(self)
         self._thread.stop()
-        os.close(self._read_fd)
-        os.close(self._write_fd)
+        self.close_pipe()
 
 
 def start_send_thread(reactor: Any) -> SendThread | None:

@@ -9,19 +9,19 @@ waits; a waiter not covered within ``syncFlushTimeout`` gets False.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Generator
 from typing import Any
 
 from twisted.internet import defer
-from twisted.internet.interfaces import IReactorCore, IReactorFDSet, IReadDescriptor
+from twisted.internet.interfaces import IReactorCore, IReactorFDSet
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
-from zope.interface import implementer
+
+from gateway.native import ThreadPipe
 
 from .config import StoreConfig
 from .mapped_file import OS_PAGE_SIZE, FlushPlan
@@ -32,8 +32,7 @@ from .waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 
-@implementer(IReadDescriptor)
-class CommitLogFsyncThread:
+class CommitLogFsyncThread(ThreadPipe):
     """The commitlog's fsyncs on the C store's ``FsyncThread``, which never takes the GIL and reports each on a
     pipe the reactor watches.  A thread-pool worker takes the GIL back after every system call of a flush (open,
     fdatasync, close) and runs Python around them; with the reactor busy each hand-over costs two context
@@ -41,13 +40,10 @@ class CommitLogFsyncThread:
 
     def __init__(self, reactor: Any, store: DefaultMessageStore) -> None:
         assert c_store is not None
-        self._reactor = reactor
+        super().__init__(reactor, "commitlog-fsync")
         self._store = store
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._read_fd, False)
         self._thread = c_store.FsyncThread(self._write_fd)
         self._running: tuple[FlushPlan, int, defer.Deferred[int]] | None = None
-        reactor.addReader(self)
 
     def flush(self) -> defer.Deferred[int]:
         """Sync what the commitlog has appended now; fires with the flushed offset, as ``store.flush`` returns."""
@@ -59,9 +55,7 @@ class CommitLogFsyncThread:
         self._running = (plan, store_timestamp, d)
         return d
 
-    def doRead(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.read(self._read_fd, 64)
+    def on_news(self) -> None:
         outcome = self._thread.take()
         if outcome is None or self._running is None:
             return
@@ -73,21 +67,10 @@ class CommitLogFsyncThread:
         else:
             d.callback(self._store.flushed(plan, store_timestamp))
 
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def connectionLost(self, reason: Any) -> None:
-        pass  # the reactor is going: close() cleans up
-
-    def logPrefix(self) -> str:
-        return "commitlog-fsync"
-
     def close(self) -> None:
         """End the thread, after the fsync it is running if any, and stop watching its pipe."""
-        self._reactor.removeReader(self)
         self._thread.stop()
-        os.close(self._read_fd)
-        os.close(self._write_fd)
+        self.close_pipe()
 
 
 class FlushService:
