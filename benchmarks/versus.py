@@ -372,9 +372,9 @@ def render(results: dict[str, list[dict[str, Any]]]) -> str:
         b = _median(apache, idle_rss if fn is one_process_rss_of else fn)
         if a is None and b is None:
             continue
-        ratio = a / b if a is not None and b else None
+        ratio = a / b if a is not None and b and better != "info" else None
         goal = ""
-        if ratio is not None and better != "info":
+        if ratio is not None:
             limit = 0.2 if label.startswith("idle RSS") else 1.0
             met = ratio >= limit if better == "higher" else ratio <= limit
             goal = f"{'>=' if better == 'higher' else '<='} {limit:.1f}: {'met' if met else 'NOT met'}"
