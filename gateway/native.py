@@ -1,6 +1,6 @@
 """Loading the optional C extensions (see setup.py): a module when it was built and not refused with
-``ROCKETMQ_GATEWAY_PURE_PYTHON=1``; else None, and the Python code runs. And the pipe their threads wake the
-reactor with."""
+``ROCKETMQ_GATEWAY_PURE_PYTHON=1``; else None, and the Python code runs. :class:`ThreadPipe` is the pipe on
+which their threads wake the reactor."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ class ThreadPipe:
         return self._name
 
     def close_pipe(self) -> None:
+        """Stop watching the pipe and close both ends (once the thread is stopped: it writes to one)."""
         self._reactor.removeReader(self)
         os.close(self._read_fd)
         os.close(self._write_fd)
