@@ -1,13 +1,17 @@
-/* What the C hot paths (gateway/remoting/_codec.c, gateway/store/_store.c) share: big-endian fields, as the
- * remoting frames and the store files lay them out, and integers checked against a field's range the way
- * struct.pack checks them. */
+/* What the C modules (gateway/remoting/_codec.c and _sender.c, gateway/store/_store.c) share: big-endian fields, as
+ * the remoting frames and the store files lay them out; integers checked against a field's range the way
+ * struct.pack checks them; and the life of a thread that never takes the GIL and wakes the reactor through a pipe
+ * (gateway/native.py's ThreadPipe). */
 #ifndef GATEWAY_NATIVE_H
 #define GATEWAY_NATIVE_H
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 static inline int16_t
 get16(const unsigned char *p)
@@ -49,7 +53,7 @@ put64(unsigned char *p, int64_t v)
 
 /* `o` as an integer within [lo, hi] into *out; -1 with `struct_error` set otherwise (not an integer, or out of
  * range: what struct.pack raises), `what` naming the field. */
-static int
+static inline int
 packable_int(PyObject *o, long long lo, long long hi, PyObject *struct_error, const char *what, long long *out)
 {
     PyObject *index = PyNumber_Index(o);
@@ -68,6 +72,42 @@ packable_int(PyObject *o, long long lo, long long hi, PyObject *struct_error, co
     }
     *out = x;
     return 0;
+}
+
+/* Start `run(arg)` on a thread called `name` (what top -H and perf show); -1 with OSError set if it could not. */
+static inline int
+start_thread(pthread_t *thread, void *(*run)(void *), void *arg, const char *name)
+{
+    int rc = pthread_create(thread, NULL, run, arg);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    pthread_setname_np(*thread, name);
+    return 0;
+}
+
+/* Wake the reactor: a byte on the pipe it watches. Its write end is non-blocking and a full pipe wakes it anyway. */
+static inline void
+notify_reactor(int fd)
+{
+    const char one = 1;
+    while (write(fd, &one, 1) < 0 && errno == EINTR)
+        ;
+}
+
+/* Set *stopping under `mu`, wake the thread waiting on `cv` and wait, without the GIL, for it to end. */
+static inline void
+stop_thread(pthread_t thread, pthread_mutex_t *mu, pthread_cond_t *cv, int *stopping)
+{
+    pthread_mutex_lock(mu);
+    *stopping = 1;
+    pthread_cond_signal(cv);
+    pthread_mutex_unlock(mu);
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(thread, NULL);
+    Py_END_ALLOW_THREADS
 }
 
 #endif

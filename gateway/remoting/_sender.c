@@ -14,15 +14,11 @@
  *
  * Methods run under the GIL on one thread (the reactor's); the thread touches only the queue, under the mutex, and
  * the channels of the batch it is sending, which take() waits for. */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "../_native.h"
 
-#include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
-#include <unistd.h>
 
 /* What the queue may hold before send() waits for the thread: a cap on memory for a thread that cannot keep up. */
 #define MAX_QUEUED_BYTES (64u << 20)
@@ -178,9 +174,7 @@ send_thread_run(void *arg)
                 memcpy(t->stalled + t->nstalled, stalled, n * sizeof(int));
                 t->nstalled += n;
             }
-            const char one = 1;
-            while (write(t->notify_fd, &one, 1) < 0 && errno == EINTR)
-                ;
+            notify_reactor(t->notify_fd);
         }
         pthread_cond_broadcast(&t->idle);
     }
@@ -203,16 +197,12 @@ send_thread_init(SendThread *t, PyObject *args, PyObject *kwds)
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->work, NULL);
     pthread_cond_init(&t->idle, NULL);
-    int rc = pthread_create(&t->thread, NULL, send_thread_run, t);
-    if (rc != 0) {
+    if (start_thread(&t->thread, send_thread_run, t, "send-thread") < 0) {
         pthread_cond_destroy(&t->idle);
         pthread_cond_destroy(&t->work);
         pthread_mutex_destroy(&t->mu);
-        errno = rc;
-        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
-    pthread_setname_np(t->thread, "send-thread"); /* what top -H and perf show */
     t->started = 1;
     return 0;
 }
@@ -512,13 +502,7 @@ send_thread_join(SendThread *t)
 {
     if (!t->started || t->joined)
         return;
-    pthread_mutex_lock(&t->mu);
-    t->stopping = 1;
-    pthread_cond_signal(&t->work);
-    pthread_mutex_unlock(&t->mu);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(t->thread, NULL); /* after what is queued */
-    Py_END_ALLOW_THREADS
+    stop_thread(t->thread, &t->mu, &t->work, &t->stopping); /* after what is queued */
     t->joined = 1;
 }
 

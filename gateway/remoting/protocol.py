@@ -238,8 +238,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         if sender is not None and buffers_nothing(self.transport):
             rest = sender.send(self._channel, parts, waited)
             if rest:
-                self.transport.write(rest)
-                self._charge_if_paused([rest])
+                self._buffer(rest)
             return
         left = send_now(self.transport, parts, self._direct)
         if left:
@@ -252,8 +251,12 @@ class RemotingProtocol(Protocol, TimeoutMixin):
             return
         data = sender.take(self._channel)
         if data and self.connected_:
-            self.transport.write(data)
-            self._charge_if_paused([data])
+            self._buffer(data)
+
+    def _buffer(self, data: bytes) -> None:
+        """Bytes the send thread or the socket did not take: into the transport's buffer, ahead of later frames."""
+        self.transport.write(data)
+        self._charge_if_paused([data])
 
     def _charge_if_paused(self, parts: list[bytes]) -> None:
         if self._paused and self.budget is not None:

@@ -8,10 +8,7 @@
  */
 #include "../_native.h"
 
-#include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <unistd.h>
 
 #define INDEX_HEADER_SIZE 40
 #define HASH_SLOT_SIZE 4
@@ -449,9 +446,7 @@ fsync_thread_run(void *arg)
         t->done = 1;
         t->err = err;
         t->failed = err ? i - 1 : -1;
-        const char one = 1;
-        while (write(t->notify_fd, &one, 1) < 0 && errno == EINTR)
-            ;
+        notify_reactor(t->notify_fd);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -470,12 +465,9 @@ fsync_thread_init(FsyncThread *t, PyObject *args, PyObject *kwds)
     t->notify_fd = fd;
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
-    int rc = pthread_create(&t->thread, NULL, fsync_thread_run, t);
-    if (rc != 0) {
+    if (start_thread(&t->thread, fsync_thread_run, t, "commitlog-fsync") < 0) {
         pthread_cond_destroy(&t->cv);
         pthread_mutex_destroy(&t->mu);
-        errno = rc;
-        PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
     t->started = 1;
@@ -552,13 +544,7 @@ fsync_thread_join(FsyncThread *t)
 {
     if (!t->started || t->joined)
         return;
-    pthread_mutex_lock(&t->mu);
-    t->stopping = 1;
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    Py_BEGIN_ALLOW_THREADS
-    pthread_join(t->thread, NULL); /* after the request it is running, if any */
-    Py_END_ALLOW_THREADS
+    stop_thread(t->thread, &t->mu, &t->cv, &t->stopping); /* after the request it is running, if any */
     t->joined = 1;
 }
 
