@@ -4,15 +4,19 @@ options, for users without Java. Tables fit the terminal; ``--json`` prints JSON
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
+import ssl
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from gateway.client.message_id import create_uniq_id
 from gateway.remoting import fastjson
@@ -21,9 +25,34 @@ from gateway.remoting.headers import SendMessageRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
 from gateway.trace.view import format_trace_views, trace_views
 
-from .ext import AdminError, AdminExt
+from .ext import AdminError, AdminExt, check_addr, namesrv_addrs
 
-Command = Callable[[AdminExt, argparse.Namespace], Any]
+DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
+TIME_FORMAT = "ms since the epoch, now, or yyyy-MM-dd#HH:mm:ss:SSS (local time)"
+
+
+class CommandFailed(Exception):
+    """The command cannot do what was asked (the message says why)."""
+
+
+class Session(AdminExt):
+    """The AdminExt of one subcommand, keeping the errors of the parts that failed while the command went on
+    with the others: the run then exits 1."""
+
+    def __init__(self, namesrv: str, **kwargs: Any) -> None:
+        super().__init__(namesrv, **kwargs)
+        self.errors: list[Exception] = []
+
+    @contextlib.contextmanager
+    def part(self) -> Iterator[None]:
+        """One part of the command (one broker, one queue): its error is kept, and the command goes on."""
+        try:
+            yield
+        except (AdminError, OSError) as e:
+            self.errors.append(e)
+
+
+Command = Callable[[Session, argparse.Namespace], Any]
 _COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Command]] = {}
 
 
@@ -38,9 +67,38 @@ def command(name: str, summary: str, options: Callable[[argparse.ArgumentParser]
 # -- output
 
 
+@dataclass
+class _Table:
+    """Rows for a table, and the lines printed under it (label → value); ``--json`` prints the rows, or an
+    object of them (under ``name``) and the lines' values when there are lines."""
+
+    rows: list[dict[str, Any]]
+    headers: list[str]
+    tail: dict[str, Any] = field(default_factory=dict)
+    name: str = "rows"
+
+    def json(self) -> Any:
+        if not self.tail:
+            return self.rows
+        # "Diff Total" → "diffTotal", "ConsumeType" → "consumeType"
+        keys = {label: label.replace(" ", "") for label in self.tail}
+        return {self.name: self.rows, **{k[0].lower() + k[1:]: self.tail[label] for label, k in keys.items()}}
+
+
+def _cell(value: Any) -> str:
+    """A value as mqadmin prints it: true/false, 2 decimals, ``-`` for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Left-aligned columns; the widest ones are cut (with ``…``) so a line fits the terminal."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    cells = [[str(c) for c in headers]] + [[_cell(c) for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     room = shutil.get_terminal_size((160, 24)).columns - 2 * (len(headers) - 1)
     while sum(widths) > room and max(widths) > 8:
@@ -62,7 +120,17 @@ def parse_time(text: str) -> int:
         return int(time.time() * 1000)
     if text.lstrip("-").isdigit():
         return int(text)
-    return int(datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").timestamp() * 1000)
+    try:
+        return int(datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad time {text!r}: want {TIME_FORMAT}") from None
+
+
+def _addr(text: str) -> str:
+    try:
+        return check_addr(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def message_json(m: MessageExt, body: bool = True) -> dict[str, Any]:
@@ -100,26 +168,26 @@ def print_message(m: MessageExt, body: bool = True) -> None:
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-b", "--brokerAddr", help="one broker (host:port)")
+    p.add_argument("-b", "--brokerAddr", type=_addr, help="one broker (host:port)")
     p.add_argument("-c", "--clusterName", help="every master of a cluster")
 
 
-def _targets(admin: AdminExt, args: argparse.Namespace) -> dict[str, str]:
+def _targets(admin: Session, args: argparse.Namespace) -> dict[str, str]:
     if args.brokerAddr:
         return {args.brokerAddr: args.brokerAddr}
     if args.clusterName:
         masters = admin.master_addrs(args.clusterName)
         if not masters:
-            raise SystemExit(f"cluster {args.clusterName} has no master broker")
+            raise CommandFailed(f"cluster {args.clusterName} has no master broker")
         return masters
-    raise SystemExit("name a broker (-b) or a cluster (-c)")
+    raise CommandFailed("name a broker (-b) or a cluster (-c)")
 
 
 # -- name server and routes
 
 
 @command("clusterList", "brokers of each cluster", lambda p: p.add_argument("-c", "--clusterName"))
-def cluster_list(admin: AdminExt, args: argparse.Namespace) -> Any:
+def cluster_list(admin: Session, args: argparse.Namespace) -> Any:
     info = admin.cluster_info()
     brokers = info.get("brokerAddrTable", {})
     rows = []
@@ -128,27 +196,31 @@ def cluster_list(admin: AdminExt, args: argparse.Namespace) -> Any:
             continue
         for name in sorted(names):
             for bid, addr in sorted(brokers.get(name, {}).get("brokerAddrs", {}).items(), key=lambda kv: int(kv[0])):
-                try:
+                rt: dict[str, str] = {}
+                with admin.part():
                     rt = admin.runtime_info(addr)
-                except (AdminError, OSError):
-                    rt = {}
                 rows.append(
                     {
                         "cluster": cluster,
                         "brokerName": name,
                         "bid": int(bid),
                         "addr": addr,
-                        "version": rt.get("brokerVersionDesc", "-"),
-                        "inTPS": rt.get("putTps", "0").split(" ")[0],
-                        "outTPS": rt.get("getTransferedTps", "0").split(" ")[0],
-                        "activated": rt.get("brokerActive", "-"),
+                        "version": rt.get("brokerVersionDesc"),
+                        "inTPS": _tps(rt.get("putTps")),
+                        "outTPS": _tps(rt.get("getTransferedTps")),
+                        "activated": rt["brokerActive"] == "true" if "brokerActive" in rt else None,
                     }
                 )
-    return rows, ["cluster", "brokerName", "bid", "addr", "version", "inTPS", "outTPS", "activated"]
+    return _Table(rows, ["cluster", "brokerName", "bid", "addr", "version", "inTPS", "outTPS", "activated"])
+
+
+def _tps(figures: str | None) -> float | None:
+    """The first of a runtime-info TPS figure's ``"10s 1min 10min"`` rates."""
+    return float(figures.split(" ")[0]) if figures else None
 
 
 @command("topicList", "every topic the name servers know", lambda p: p.add_argument("-c", "--clusterName"))
-def topic_list(admin: AdminExt, args: argparse.Namespace) -> Any:
+def topic_list(admin: Session, args: argparse.Namespace) -> Any:
     if args.clusterName:
         body = admin.body(admin.call_namesrv(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": args.clusterName}))
         return sorted(body["topicList"])
@@ -156,12 +228,12 @@ def topic_list(admin: AdminExt, args: argparse.Namespace) -> Any:
 
 
 @command("topicRoute", "a topic's route", lambda p: p.add_argument("-t", "--topic", required=True))
-def topic_route(admin: AdminExt, args: argparse.Namespace) -> Any:
+def topic_route(admin: Session, args: argparse.Namespace) -> Any:
     return admin.topic_route(args.topic)
 
 
 @command("topicStatus", "min/max offset of each queue", lambda p: p.add_argument("-t", "--topic", required=True))
-def topic_status(admin: AdminExt, args: argparse.Namespace) -> Any:
+def topic_status(admin: Session, args: argparse.Namespace) -> Any:
     rows = []
     for addr in admin.route_masters(args.topic).values():
         for mq, row in admin.topic_stats(addr, args.topic).items():
@@ -175,7 +247,7 @@ def topic_status(admin: AdminExt, args: argparse.Namespace) -> Any:
                 }
             )
     rows.sort(key=lambda r: (r["brokerName"], r["queueId"]))
-    return rows, ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"]
+    return _Table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"])
 
 
 def _update_topic_args(p: argparse.ArgumentParser) -> None:
@@ -188,7 +260,7 @@ def _update_topic_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("updateTopic", "create or change a topic", _update_topic_args)
-def update_topic(admin: AdminExt, args: argparse.Namespace) -> Any:
+def update_topic(admin: Session, args: argparse.Namespace) -> Any:
     ext = {
         "topic": args.topic,
         "defaultTopic": "TBW102",
@@ -201,8 +273,9 @@ def update_topic(admin: AdminExt, args: argparse.Namespace) -> Any:
     }
     done = []
     for addr in _targets(admin, args).values():
-        admin.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
-        done.append(f"create topic to {addr} success.")
+        with admin.part():
+            admin.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+            done.append(f"create topic to {addr} success.")
     return done
 
 
@@ -212,12 +285,14 @@ def _delete_topic_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("deleteTopic", "delete a topic from a cluster's masters and the name servers", _delete_topic_args)
-def delete_topic(admin: AdminExt, args: argparse.Namespace) -> Any:
+def delete_topic(admin: Session, args: argparse.Namespace) -> Any:
     for addr in admin.master_addrs(args.clusterName).values():
-        admin.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
+        with admin.part():
+            admin.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": args.topic})
     for addr in admin.namesrv:
-        admin.call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic})
-    return [f"delete topic [{args.topic}] from cluster [{args.clusterName}] success."]
+        with admin.part():
+            admin.call(addr, RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": args.topic})
+    return [] if admin.errors else [f"delete topic [{args.topic}] from cluster [{args.clusterName}] success."]
 
 
 # -- subscription groups and consumers
@@ -236,7 +311,7 @@ def _update_group_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("updateSubGroup", "create or change a subscription group", _update_group_args)
-def update_sub_group(admin: AdminExt, args: argparse.Namespace) -> Any:
+def update_sub_group(admin: Session, args: argparse.Namespace) -> Any:
     body = fastjson.dumps(
         {
             "brokerId": args.brokerId,
@@ -252,8 +327,9 @@ def update_sub_group(admin: AdminExt, args: argparse.Namespace) -> Any:
     )
     done = []
     for addr in _targets(admin, args).values():
-        admin.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
-        done.append(f"create subscription group to {addr} success.")
+        with admin.part():
+            admin.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+            done.append(f"create subscription group to {addr} success.")
     return done
 
 
@@ -264,12 +340,13 @@ def _delete_group_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("deleteSubGroup", "delete a subscription group", _delete_group_args)
-def delete_sub_group(admin: AdminExt, args: argparse.Namespace) -> Any:
+def delete_sub_group(admin: Session, args: argparse.Namespace) -> Any:
     done = []
     for addr in _targets(admin, args).values():
         ext = {"groupName": args.groupName, "removeOffset": args.removeOffset}
-        admin.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
-        done.append(f"delete subscription group [{args.groupName}] from broker [{addr}] success.")
+        with admin.part():
+            admin.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, ext)
+            done.append(f"delete subscription group [{args.groupName}] from broker [{addr}] success.")
     return done
 
 
@@ -279,17 +356,16 @@ def _group_topic_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("consumerProgress", "a group's offsets and lag per queue", _group_topic_args)
-def consumer_progress(admin: AdminExt, args: argparse.Namespace) -> Any:
+def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
     rows = []
     total_diff = 0
     retry = f"%RETRY%{args.groupName}"
     topics = {args.topicName} if args.topicName else set()
     masters = admin.route_masters(args.topicName or retry)
     for addr in masters.values():
-        try:
+        stats: dict[str, Any] = {}
+        with admin.part():
             stats = admin.consume_stats(addr, args.groupName, args.topicName)
-        except AdminError:
-            continue
         for mq, row in stats.get("offsetTable", {}).items():
             if topics and mq["topic"] not in topics:
                 continue
@@ -307,15 +383,12 @@ def consumer_progress(admin: AdminExt, args: argparse.Namespace) -> Any:
                 }
             )
     rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
-    return (
-        rows,
-        ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "lastTime"],
-        (f"Diff Total: {total_diff}"),
-    )
+    headers = ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "lastTime"]
+    return _Table(rows, headers, {"Diff Total": total_diff}, "offsetTable")
 
 
 @command("consumerConnection", "a group's clients", lambda p: p.add_argument("-g", "--consumerGroup", required=True))
-def consumer_connection(admin: AdminExt, args: argparse.Namespace) -> Any:
+def consumer_connection(admin: Session, args: argparse.Namespace) -> Any:
     for addr in admin.route_masters(f"%RETRY%{args.consumerGroup}").values():
         body = admin.body(
             admin.call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": args.consumerGroup})
@@ -329,11 +402,9 @@ def consumer_connection(admin: AdminExt, args: argparse.Namespace) -> Any:
             }
             for c in body.get("connectionSet", [])
         ]
-        tail = f"ConsumeType: {body.get('consumeType')}\nMessageModel: {body.get('messageModel')}\n" + (
-            f"ConsumeFromWhere: {body.get('consumeFromWhere')}"
-        )
-        return rows, ["clientId", "clientAddr", "language", "version"], tail
-    raise SystemExit(f"consumer group {args.consumerGroup} not found (no %RETRY% route)")
+        tail = {k[0].upper() + k[1:]: body.get(k) for k in ("consumeType", "messageModel", "consumeFromWhere")}
+        return _Table(rows, ["clientId", "clientAddr", "language", "version"], tail, "connectionSet")
+    raise CommandFailed(f"consumer group {args.consumerGroup} not found (no %RETRY% route)")
 
 
 def _producer_args(p: argparse.ArgumentParser) -> None:
@@ -342,32 +413,54 @@ def _producer_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("producerConnection", "a producer group's clients", _producer_args)
-def producer_connection(admin: AdminExt, args: argparse.Namespace) -> Any:
+def producer_connection(admin: Session, args: argparse.Namespace) -> Any:
     rows = []
+    ext = {"producerGroup": args.producerGroup}
     for addr in admin.route_masters(args.topic).values():
-        try:
-            body = admin.body(
-                admin.call(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": args.producerGroup})
-            )
-        except AdminError:
-            continue
+        body: dict[str, Any] = {}
+        with admin.part():
+            # A broker no producer of the group is connected to answers SYSTEM_ERROR: not a failure.
+            ok = (ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR)
+            response = admin.call(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, ext, ok=ok)
+            body = admin.body(response) if response.code == ResponseCode.SUCCESS else {}
         rows.extend(
             {k: c[k] for k in ("clientId", "clientAddr", "language", "version")} for c in body.get("connectionSet", [])
         )
-    return rows, ["clientId", "clientAddr", "language", "version"]
+    if not rows and not admin.errors:
+        raise CommandFailed(f"Not found the producer group connection: {args.producerGroup}")
+    return _Table(rows, ["clientId", "clientAddr", "language", "version"])
 
 
 # -- brokers
 
 
 @command("brokerStatus", "a broker's runtime figures", _target_args)
-def broker_status(admin: AdminExt, args: argparse.Namespace) -> Any:
-    return {addr: dict(sorted(admin.runtime_info(addr).items())) for addr in _targets(admin, args).values()}
+def broker_status(admin: Session, args: argparse.Namespace) -> Any:
+    out = {}
+    for addr in _targets(admin, args).values():
+        with admin.part():
+            out[addr] = dict(sorted(admin.runtime_info(addr).items()))
+    return _Text(_sections(out), {addr: {k: _figure(v) for k, v in kv.items()} for addr, kv in out.items()})
+
+
+def _figure(text: str) -> Any:
+    """A runtime-info value (a string on the wire) as the number or boolean it shows, for JSON."""
+    if text in ("true", "false"):
+        return text == "true"
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d+", text):
+        return float(text)
+    return text
 
 
 @command("getBrokerConfig", "a broker's settings", _target_args)
-def get_broker_config(admin: AdminExt, args: argparse.Namespace) -> Any:
-    return {addr: admin.broker_config(addr) for addr in _targets(admin, args).values()}
+def get_broker_config(admin: Session, args: argparse.Namespace) -> Any:
+    out = {}
+    for addr in _targets(admin, args).values():
+        with admin.part():
+            out[addr] = admin.broker_config(addr)
+    return out
 
 
 def _update_config_args(p: argparse.ArgumentParser) -> None:
@@ -377,11 +470,12 @@ def _update_config_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("updateBrokerConfig", "change one setting at run time", _update_config_args)
-def update_broker_config(admin: AdminExt, args: argparse.Namespace) -> Any:
+def update_broker_config(admin: Session, args: argparse.Namespace) -> Any:
     done = []
     for addr in _targets(admin, args).values():
-        admin.update_broker_config(addr, args.key, args.value)
-        done.append(f"update broker config success, {addr}")
+        with admin.part():
+            admin.update_broker_config(addr, args.key, args.value)
+            done.append(f"update broker config success, {addr}")
     return done
 
 
@@ -389,7 +483,7 @@ def update_broker_config(admin: AdminExt, args: argparse.Namespace) -> Any:
 
 
 @command("queryMsgById", "a message by its offsetMsgId", lambda p: p.add_argument("-i", "--msgId", required=True))
-def query_msg_by_id(admin: AdminExt, args: argparse.Namespace) -> Any:
+def query_msg_by_id(admin: Session, args: argparse.Namespace) -> Any:
     return [admin.view_message(i.strip()) for i in args.msgId.split(",")]
 
 
@@ -399,10 +493,10 @@ def _key_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("queryMsgByKey", "messages by KEYS", _key_args)
-def query_msg_by_key(admin: AdminExt, args: argparse.Namespace) -> Any:
+def query_msg_by_key(admin: Session, args: argparse.Namespace) -> Any:
     msgs = admin.query_message(args.topic, args.msgKey)
     rows = [{"msgId": m.client_msg_id, "queueId": m.queue_id, "queueOffset": m.queue_offset} for m in msgs]
-    return rows, ["msgId", "queueId", "queueOffset"]
+    return _Table(rows, ["msgId", "queueId", "queueOffset"])
 
 
 def _unique_args(p: argparse.ArgumentParser) -> None:
@@ -411,7 +505,7 @@ def _unique_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("queryMsgByUniqueKey", "a message by its msgId (UNIQ_KEY)", _unique_args)
-def query_msg_by_unique_key(admin: AdminExt, args: argparse.Namespace) -> Any:
+def query_msg_by_unique_key(admin: Session, args: argparse.Namespace) -> Any:
     return admin.query_message(args.topic, args.msgId, unique=True)[:1]
 
 
@@ -421,7 +515,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("queryMsgTraceById", "a message's trace", _trace_args)
-def query_msg_trace_by_id(admin: AdminExt, args: argparse.Namespace) -> Any:
+def query_msg_trace_by_id(admin: Session, args: argparse.Namespace) -> Any:
     found = admin.query_message(args.traceTopic, args.msgId)
     views = trace_views(found, args.msgId)
     return _Text(format_trace_views(views), [asdict(v) for v in views])
@@ -430,24 +524,38 @@ def query_msg_trace_by_id(admin: AdminExt, args: argparse.Namespace) -> Any:
 def _reset_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--timestamp", required=True, help="ms, now, or yyyy-MM-dd#HH:mm:ss:SSS")
+    p.add_argument("-s", "--timestamp", required=True, type=parse_time, help=TIME_FORMAT)
     p.add_argument("-f", "--force", choices=("true", "false"), default="true")
 
 
 @command("resetOffsetByTime", "move a group's offsets on a topic to a time", _reset_args)
-def reset_offset_by_time(admin: AdminExt, args: argparse.Namespace) -> Any:
-    ts = parse_time(args.timestamp)
-    result = admin.reset_offset_by_time(args.topic, args.group, ts, args.force == "true")
+def reset_offset_by_time(admin: Session, args: argparse.Namespace) -> Any:
+    force = args.force == "true"
+    masters = admin.route_masters(args.topic)
     rows = []
-    for name, table in result.items():
-        if "error" in table:
-            rows.append({"brokerName": name, "queue": "-", "offset": table["error"]})
-            progress(f"{name}: {table['error']}")
+    errors: list[Exception] = []
+    for name, addr in masters.items():
+        try:
+            table = admin.reset_offset(addr, args.topic, args.group, args.timestamp, force)
+        except (AdminError, OSError) as e:
+            errors.append(e)
             continue
-        for queue, offset in sorted(table.items()):
-            rows.append({"brokerName": name, "queue": queue, "offset": offset})
+        rows.extend({"brokerName": name, "queueId": q, "offset": offset} for q, offset in sorted(table.items()))
         progress(f"{name}: {len(table)} queue(s) reset")
-    return rows, ["brokerName", "queue", "offset"]
+    if not any(isinstance(e, AdminError) and e.code == ResponseCode.CONSUMER_NOT_ONLINE for e in errors):
+        admin.errors.extend(errors)
+        return _Table(rows, ["brokerName", "queueId", "offset"])
+    # As mqadmin: with no consumer online the offsets are committed on every broker instead
+    # (resetOffsetByTimeOld), where the group's consumers read them when they start.
+    progress(f"no consumer of {args.group} online: committing the offsets on the brokers")
+    rows = []
+    for name, addr in masters.items():
+        with admin.part():
+            rollback = admin.rollback_offset(addr, args.topic, args.group, args.timestamp, force)
+            rows.extend(rollback)
+            progress(f"{name}: {len(rollback)} queue(s) reset")
+    headers = ["brokerName", "queueId", "brokerOffset", "consumerOffset", "timestampOffset", "rollbackOffset"]
+    return _Table(rows, headers)
 
 
 def _send_args(p: argparse.ArgumentParser) -> None:
@@ -459,10 +567,10 @@ def _send_args(p: argparse.ArgumentParser) -> None:
 
 
 @command("sendMessage", "send one message", _send_args)
-def send_message(admin: AdminExt, args: argparse.Namespace) -> Any:
+def send_message(admin: Session, args: argparse.Namespace) -> Any:
     masters = admin.route_masters(args.topic)
     if not masters:
-        raise SystemExit(f"no route for topic {args.topic}")
+        raise CommandFailed(f"no route for topic {args.topic}")
     name, addr = next(iter(masters.items()))
     props = {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: create_uniq_id(), MessageConst.WAIT_STORE_MSG_OK: "true"}
     if args.key:
@@ -483,23 +591,26 @@ def send_message(admin: AdminExt, args: argparse.Namespace) -> Any:
     ).encode_v2()
     response = admin.call(addr, RequestCode.SEND_MESSAGE_V2, header, args.body.encode())
     ext = response.ext_fields or {}
-    row = {"brokerName": name, "queueId": ext.get("queueId"), "sendStatus": "SEND_OK",
+    row = {"brokerName": name, "queueId": int(ext.get("queueId", args.qid)), "sendStatus": "SEND_OK",
            "msgId": props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "offsetMsgId": ext.get("msgId")}  # fmt: skip
-    return [row], list(row)
+    return _Table([row], list(row))
+
+
+def _range_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--beginTimestamp", type=parse_time, default=0, help=f"from: {TIME_FORMAT} (default 0)")
+    p.add_argument("-e", "--endTimestamp", type=parse_time, help=f"to: {TIME_FORMAT} (default now)")
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-t", "--topic", required=True)
+    _range_args(p)
     p.add_argument("-c", "--msgCount", type=int, default=128)
-    p.add_argument("-s", "--beginTimestamp", default="0")
-    p.add_argument("-e", "--endTimestamp")
 
 
 @command("consumeMessage", "read messages of a topic (no offsets committed)", _consume_args)
-def consume_message(admin: AdminExt, args: argparse.Namespace) -> Any:
-    end = parse_time(args.endTimestamp) if args.endTimestamp else None
+def consume_message(admin: Session, args: argparse.Namespace) -> Any:
     out = []
-    for m in admin.messages_in_range(args.topic, parse_time(args.beginTimestamp), end):
+    for m in admin.messages_in_range(args.topic, args.beginTimestamp, args.endTimestamp):
         out.append(m)
         if len(out) >= args.msgCount:
             break
@@ -507,17 +618,14 @@ def consume_message(admin: AdminExt, args: argparse.Namespace) -> Any:
 
 
 def _print_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--beginTimestamp", default="0")
-    p.add_argument("-e", "--endTimestamp")
+    _range_args(p)
     p.add_argument("-d", "--printBody", choices=("true", "false"), default="true")
 
 
 @command("printMsg", "every message of a topic in a time range, queue by queue", _print_args)
-def print_msg(admin: AdminExt, args: argparse.Namespace) -> Any:
-    end = parse_time(args.endTimestamp) if args.endTimestamp else None
+def print_msg(admin: Session, args: argparse.Namespace) -> Any:
     msgs = admin.messages_in_range(
-        args.topic, parse_time(args.beginTimestamp), end, progress=lambda d, n: progress(f"queue {d}/{n} read")
+        args.topic, args.beginTimestamp, args.endTimestamp, progress=lambda d, n: progress(f"queue {d}/{n} read")
     )
     return _Messages(msgs, args.printBody == "true")
 
@@ -539,6 +647,15 @@ class _Messages:
         self.msgs, self.body = msgs, body
 
 
+def _sections(result: dict[str, dict[str, Any]]) -> str:
+    """``key: value`` lines under a ``====name====`` line each, as mqadmin prints a broker's figures."""
+    lines = []
+    for name, values in result.items():
+        lines.append(f"============{name}============")
+        lines.extend(f"{k:<40}: {v}" for k, v in values.items())
+    return "\n".join(lines)
+
+
 def progress(line: str) -> None:
     """Progress of long work, on standard error (standard output stays parseable)."""
     print(line, file=sys.stderr, flush=True)
@@ -546,7 +663,9 @@ def progress(line: str) -> None:
 
 def _emit(result: Any, as_json: bool) -> None:
     if isinstance(result, _Text):
-        print(json.dumps(result.data, indent=2, default=str) if as_json else result.text)
+        text = json.dumps(result.data, indent=2, default=str) if as_json else result.text
+        if text:
+            print(text)
         return
     if isinstance(result, _Messages) or (isinstance(result, list) and result and isinstance(result[0], MessageExt)):
         msgs, body = (result.msgs, result.body) if isinstance(result, _Messages) else (result, True)
@@ -561,22 +680,18 @@ def _emit(result: Any, as_json: bool) -> None:
             count += 1
         print("]" if as_json else f"{count} message(s)")
         return
-    if isinstance(result, tuple):
-        rows, headers, *tail = result
+    if isinstance(result, _Table):
         if as_json:
-            print(json.dumps(rows, indent=2, default=str))
+            print(json.dumps(result.json(), indent=2, default=str))
             return
-        print(table(headers, [[r[h] for h in headers] for r in rows]))
-        for line in tail:
-            print(line)
+        print(table(result.headers, [[r[h] for h in result.headers] for r in result.rows]))
+        for label, value in result.tail.items():
+            print(f"{label}: {value}")
         return
     if as_json:
         print(json.dumps(result, indent=2, default=str))
     elif isinstance(result, dict) and all(isinstance(v, dict) for v in result.values()):
-        for name, values in result.items():
-            print(f"============{name}============")
-            for k, v in values.items():
-                print(f"{k:<40}: {v}")
+        print(_sections(result))
     elif isinstance(result, list):
         for line in result:
             print(line)
@@ -584,15 +699,32 @@ def _emit(result: Any, as_json: bool) -> None:
         print(json.dumps(result, indent=2, default=str))
 
 
+def _report(command: str, errors: list[Exception], as_json: bool) -> None:
+    """The errors of a run on standard error: a line each, or one JSON object."""
+    if as_json:
+        entries = [{"error": str(e), **({"code": e.code} if isinstance(e, AdminError) else {})} for e in errors]
+        print(json.dumps({"command": command, "errors": entries}), file=sys.stderr)
+        return
+    for e in errors:
+        print(f"{command} command failed: {e}", file=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (what is wrong, and where to read more)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rocketmq-gateway admin", description="mqadmin's subcommands, with its names and options"
-    )
+    parser = _Parser(prog="rocketmq-gateway admin", description="mqadmin's subcommands, with its names and options")
+    env = os.environ.get("NAMESRV_ADDR")
+    where = f"{env}, from NAMESRV_ADDR" if env else f"NAMESRV_ADDR from the environment, else {DEFAULT_NAMESRV_ADDR}"
     sub = parser.add_subparsers(dest="command", metavar="command")
     for name, (summary, options, _) in _COMMANDS.items():
         p = sub.add_parser(name, help=summary, description=summary)
-        p.add_argument("-n", "--namesrvAddr", default=os.environ.get("NAMESRV_ADDR", "127.0.0.1:9876"))
-        p.add_argument("--json", action="store_true", help="print JSON")
+        p.add_argument("-n", "--namesrvAddr", metavar="HOST:PORT[;HOST:PORT]", help=f"name servers (default: {where})")
+        p.add_argument("--json", action="store_true", help="print JSON (errors too, on standard error)")
         p.add_argument("--accessKey", default=os.environ.get("ROCKETMQ_ACCESS_KEY"), help="ACL access key")
         p.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="ACL secret key")
         p.add_argument("--tls", action="store_true", help="connect with TLS")
@@ -604,38 +736,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tls_context(args: argparse.Namespace) -> ssl.SSLContext:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    tls.check_hostname = False
+    if args.tlsTrustCertPath:
+        tls.load_verify_locations(args.tlsTrustCertPath)
+    else:
+        tls.verify_mode = ssl.CERT_NONE
+    if args.tlsCertPath:
+        tls.load_cert_chain(args.tlsCertPath, args.tlsKeyPath)
+    return tls
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand: 0 when every part of it worked, 1 when any failed (errors on standard error), 2 for a
+    usage error."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
-    tls = None
-    if args.tls:
-        import ssl
-
-        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        tls.check_hostname = False
-        if args.tlsTrustCertPath:
-            tls.load_verify_locations(args.tlsTrustCertPath)
-        else:
-            tls.verify_mode = ssl.CERT_NONE
-        if args.tlsCertPath:
-            tls.load_cert_chain(args.tlsCertPath, args.tlsKeyPath)
-    _, _, run = _COMMANDS[args.command]
+    namesrv = args.namesrvAddr or os.environ.get("NAMESRV_ADDR") or DEFAULT_NAMESRV_ADDR
     try:
-        with AdminExt(
-            args.namesrvAddr,
-            access_key=args.accessKey,
-            secret_key=args.secretKey,
-            tls=tls,
-            timeout=args.timeoutMillis / 1000,
+        namesrv_addrs(namesrv)
+    except ValueError as e:
+        parser.error(f"{'-n' if args.namesrvAddr else 'NAMESRV_ADDR'}: {e}")
+    _, _, run = _COMMANDS[args.command]
+    admin: Session | None = None
+    try:
+        tls = _tls_context(args) if args.tls else None
+        with Session(
+            namesrv, access_key=args.accessKey, secret_key=args.secretKey, tls=tls, timeout=args.timeoutMillis / 1000
         ) as admin:
             _emit(run(admin, args), args.json)
-    except AdminError as e:
-        print(f"{args.command} command failed: {e}", file=sys.stderr)
-        return 1 if e.code != ResponseCode.SUCCESS else 0
-    except (OSError, ValueError) as e:
-        print(f"{args.command} command failed: {e}", file=sys.stderr)
+            sys.stdout.flush()  # a reader gone shows here, not at exit
+        errors = admin.errors
+    except BrokenPipeError:
+        # Python's SIGPIPE recipe: the reader left (``| head``); stop quietly, with the status of a tool that
+        # SIGPIPE ended.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except (AdminError, CommandFailed, OSError, ValueError) as e:
+        errors = [*(admin.errors if admin else []), e]
+    if errors:
+        _report(args.command, errors, args.json)
         return 1
     return 0

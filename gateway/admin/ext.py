@@ -11,6 +11,7 @@ from typing import Any
 from gateway.acl.signer import SessionCredentials
 from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.codec import ProtocolError
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import (
@@ -18,6 +19,7 @@ from gateway.remoting.headers import (
     PullSysFlag,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
 )
 from gateway.remoting.message import MessageExt, decode_offset_message_id, decode_records
 
@@ -33,6 +35,22 @@ class AdminError(Exception):
         self.remark = remark
 
 
+def namesrv_addrs(text: str) -> list[str]:
+    """The addresses of a name server list (``host:port[;host:port]``); ValueError naming a malformed one."""
+    addrs = [check_addr(a.strip()) for a in text.split(";") if a.strip()]
+    if not addrs:
+        raise ValueError("no name server address (host:port[;host:port])")
+    return addrs
+
+
+def check_addr(addr: str) -> str:
+    """``addr`` when it is ``host:port`` (a port of 1 to 65535), else ValueError saying what is wrong."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"bad address {addr!r}: want host:port, e.g. 127.0.0.1:9876")
+    return addr
+
+
 class AdminExt:
     """Admin requests to a cluster found through ``namesrv`` (``host:port[;host:port]``)."""
 
@@ -45,9 +63,7 @@ class AdminExt:
         tls: ssl.SSLContext | None = None,
         timeout: float = 10.0,
     ) -> None:
-        self.namesrv = [a.strip() for a in namesrv.split(";") if a.strip()]
-        if not self.namesrv:
-            raise ValueError("no name server address (-n host:port)")
+        self.namesrv = namesrv_addrs(namesrv)
         self.sign = SessionCredentials(access_key, secret_key).sign if access_key and secret_key else None
         self.tls = tls
         self.timeout = timeout
@@ -74,24 +90,32 @@ class AdminExt:
         body: bytes = b"",
         ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
     ) -> RemotingCommand:
-        """One request to ``addr``; AdminError unless the answer's code is in ``ok``."""
+        """One request to ``addr``; AdminError unless the answer's code is in ``ok``, ConnectionError (naming
+        ``addr``) when there is no answer or the peer does not speak RocketMQ's protocol."""
         conn = self._conns.get(addr)
         if conn is None:
             conn = self._conns[addr] = BlockingConnection(addr, self.timeout, self.tls, self.sign)
-        response = conn.invoke(RemotingCommand.request(code, ext or {}, body))
+        try:
+            response = conn.invoke(RemotingCommand.request(code, ext or {}, body))
+        except ProtocolError as e:  # the connection is closed already
+            raise ConnectionError(f"{addr} is not a RocketMQ server (it answered: {e})") from e
+        except OSError as e:
+            raise ConnectionError(str(e) if addr in str(e) else f"{addr}: {e}") from e
         if response.code not in ok:
             raise AdminError(response.code, response.remark, f"{RequestCode(code).name} to {addr}")
         return response
 
     def call_namesrv(self, code: int, ext: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> RemotingCommand:
         """A request to the first name server that answers."""
-        error: Exception | None = None
+        errors: list[OSError] = []
         for addr in self.namesrv:
             try:
                 return self.call(addr, code, ext, ok=ok)
             except OSError as e:
-                error = e
-        raise ConnectionError(f"no name server answered ({';'.join(self.namesrv)}): {error}")
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConnectionError(f"no name server answered: {'; '.join(map(str, errors))}")
 
     @staticmethod
     def body(response: RemotingCommand) -> Any:
@@ -224,17 +248,48 @@ class AdminExt:
             found = [m for m in found if m.uniq_key == key]
         return found
 
-    def reset_offset_by_time(self, topic: str, group: str, timestamp: int, force: bool = True) -> dict[str, Any]:
-        """INVOKE_BROKER_TO_RESET_OFFSET on every broker hosting ``topic``: brokerName → answer (the new
-        offsets, or the error)."""
-        out: dict[str, Any] = {}
+    def reset_offset(self, addr: str, topic: str, group: str, timestamp: int, force: bool = True) -> dict[int, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on one broker, which moves the group's online consumers at once:
+        queueId → new offset. AdminError CONSUMER_NOT_ONLINE when none is online (then
+        :meth:`rollback_offset`, as mqadmin does)."""
         ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()}
-        for name, addr in self.route_masters(topic).items():
-            try:
-                body = self.body(self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext))
-                out[name] = {f"{k['topic']}:{k['queueId']}": v for k, v in body.get("offsetTable", {}).items()}
-            except AdminError as e:
-                out[name] = {"error": str(e)}
+        body = self.body(self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext))
+        return {mq["queueId"]: offset for mq, offset in body.get("offsetTable", {}).items()}
+
+    def rollback_offset(
+        self, addr: str, topic: str, group: str, timestamp: int, force: bool = True
+    ) -> list[dict[str, Any]]:
+        """mqadmin's resetOffsetByTimeOld on one broker, for a group with no consumer online: each queue's
+        offset at ``timestamp`` (-1: the queue's end) is committed with UPDATE_CONSUMER_OFFSET (with
+        ``force``, or when it is not ahead of the committed one). A queue the group never consumed counts its
+        oldest offset as consumed. One RollbackStats row (as JSON names it) per queue."""
+        table = self.consume_stats(addr, group).get("offsetTable", {})
+        queues = [(mq, row["brokerOffset"], row["consumerOffset"]) for mq, row in table.items() if mq["topic"] == topic]
+        if not queues:
+            stats = self.topic_stats(addr, topic)
+            queues = [(mq, row["maxOffset"], row["minOffset"]) for mq, row in stats.items()]
+        out = []
+        for mq, broker_offset, consumer_offset in sorted(queues, key=lambda q: q[0]["queueId"]):
+            qid = mq["queueId"]
+            if timestamp == -1:
+                target = self.queue_offsets(addr, topic, qid)[1]
+            else:
+                target = self.search_offset(addr, topic, qid, timestamp)
+            rollback = consumer_offset
+            if force or target <= consumer_offset:
+                header = UpdateConsumerOffsetRequestHeader(group, topic, qid, target).encode()
+                self.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+                rollback = target
+            out.append(
+                {
+                    "brokerName": mq["brokerName"],
+                    "queueId": qid,
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "timestampOffset": target,
+                    "rollbackOffset": rollback,
+                }
+            )
         return out
 
 
