@@ -524,7 +524,7 @@ def query_msg_trace_by_id(admin: Session, args: argparse.Namespace) -> Any:
 def _reset_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--timestamp", required=True, type=parse_time, help=TIME_FORMAT)
+    p.add_argument("-s", "--timestamp", metavar="TIME", required=True, type=parse_time, help=TIME_FORMAT)
     p.add_argument("-f", "--force", choices=("true", "false"), default="true")
 
 
@@ -598,8 +598,8 @@ def send_message(admin: Session, args: argparse.Namespace) -> Any:
 
 def _range_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-s", "--beginTimestamp", type=parse_time, default=0, help=f"from: {TIME_FORMAT} (default 0)")
-    p.add_argument("-e", "--endTimestamp", type=parse_time, help=f"to: {TIME_FORMAT} (default now)")
+    p.add_argument("-s", "--beginTimestamp", metavar="TIME", type=parse_time, default=0, help=f"from: {TIME_FORMAT}")
+    p.add_argument("-e", "--endTimestamp", metavar="TIME", type=parse_time, help=f"to: {TIME_FORMAT} (default now)")
 
 
 def _consume_args(p: argparse.ArgumentParser) -> None:

@@ -48,12 +48,8 @@ async def admin_json(servers: Servers, *argv: str) -> Any:  # noqa: F811
 @pytest_twisted.ensureDeferred
 async def test_topics_messages_and_broker_tools(servers: Servers) -> None:  # noqa: F811
     (row,) = await admin_json(servers, "clusterList")
-    assert (row["cluster"], row["brokerName"], row["bid"], row["activated"]) == (
-        "DefaultCluster",
-        "broker-a",
-        0,
-        "true",
-    )
+    assert (row["cluster"], row["brokerName"], row["bid"], row["activated"]) == ("DefaultCluster", "broker-a", 0, True)
+    assert isinstance(row["inTPS"], float) and isinstance(row["outTPS"], float)
     _, out, _ = await admin(servers, "clusterList")
     assert out.splitlines()[0].split()[:3] == ["cluster", "brokerName", "bid"]
 
@@ -123,12 +119,15 @@ async def test_consumer_tools_and_trace(servers: Servers) -> None:  # noqa: F811
         await consumer.persist_consumer_offset()
         await wait_until(lambda: sum(servers.broker.offsets.query_offset(group, topic, q) for q in (0, 1)) == 6)
 
-        rows = await admin_json(servers, "consumerProgress", "-g", group, "-t", topic)
-        assert sum(r["brokerOffset"] for r in rows) == 6 and sum(r["diff"] for r in rows) == 0
+        progress = await admin_json(servers, "consumerProgress", "-g", group, "-t", topic)
+        rows = progress["offsetTable"]
+        assert sum(r["brokerOffset"] for r in rows) == 6 and sum(r["diff"] for r in rows) == 0 == progress["diffTotal"]
         _, out, _ = await admin(servers, "consumerProgress", "-g", group)
         assert "Diff Total: 0" in out
-        (conn,) = await admin_json(servers, "consumerConnection", "-g", group)
+        connection = await admin_json(servers, "consumerConnection", "-g", group)
+        (conn,) = connection["connectionSet"]
         assert conn["clientId"] == consumer.client.client_id and conn["language"] == "PYTHON"
+        assert (connection["consumeType"], connection["messageModel"]) == ("CONSUME_PASSIVELY", "CLUSTERING")
         await producer.client.send_heartbeat_to_all_brokers()  # the 30 s heartbeat, now that it knows the broker
         (conn,) = await admin_json(servers, "producerConnection", "-g", producer_group, "-t", topic)
         assert conn["clientId"] == producer.client.client_id
@@ -197,6 +196,6 @@ async def test_tls_options(tmp_path) -> None:
                "--tlsKeyPath", dev.path("client.key")]  # fmt: skip
         code, out, err = await deferToThread(_run, [*argv, *tls])
         assert code == 0, err
-        assert json.loads(out)[cfg.broker_addr]["brokerActive"] == "true"
+        assert json.loads(out)[cfg.broker_addr]["brokerActive"] is True
     finally:
         await broker.stopService()
