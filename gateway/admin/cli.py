@@ -740,11 +740,18 @@ def _tls_context(args: argparse.Namespace) -> ssl.SSLContext:
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     tls.check_hostname = False
     if args.tlsTrustCertPath:
-        tls.load_verify_locations(args.tlsTrustCertPath)
+        try:
+            tls.load_verify_locations(args.tlsTrustCertPath)
+        except OSError as e:  # ssl's errors do not name the file
+            raise CommandFailed(f"--tlsTrustCertPath {args.tlsTrustCertPath}: {e}") from e
     else:
         tls.verify_mode = ssl.CERT_NONE
     if args.tlsCertPath:
-        tls.load_cert_chain(args.tlsCertPath, args.tlsKeyPath)
+        try:
+            tls.load_cert_chain(args.tlsCertPath, args.tlsKeyPath)
+        except OSError as e:
+            key = f" --tlsKeyPath {args.tlsKeyPath}" if args.tlsKeyPath else ""
+            raise CommandFailed(f"--tlsCertPath {args.tlsCertPath}{key}: {e}") from e
     return tls
 
 

@@ -192,6 +192,11 @@ async def test_tls_options(tmp_path) -> None:
         argv = ["brokerStatus", "-n", "127.0.0.1:1", "-b", cfg.broker_addr, "--json"]
         code, _, err = await deferToThread(_run, argv)
         assert code == 1, "a plain connection must not get through"
+        code, _, err = await deferToThread(_run, [*argv, "--tls", "--tlsTrustCertPath", str(tmp_path / "none.pem")])
+        (error,) = json.loads(err)["errors"]
+        assert code == 1 and error["error"] == f"--tlsTrustCertPath {tmp_path / 'none.pem'}: " + (
+            "[Errno 2] No such file or directory"
+        )
         tls = ["--tls", "--tlsTrustCertPath", dev.path("ca.pem"), "--tlsCertPath", dev.path("client.pem"),
                "--tlsKeyPath", dev.path("client.key")]  # fmt: skip
         code, out, err = await deferToThread(_run, [*argv, *tls])
