@@ -236,7 +236,10 @@ def topic_route(admin: Session, args: argparse.Namespace) -> Any:
 def topic_status(admin: Session, args: argparse.Namespace) -> Any:
     rows = []
     for addr in admin.route_masters(args.topic).values():
-        for mq, row in admin.topic_stats(addr, args.topic).items():
+        stats: dict[str, Any] = {}
+        with admin.part():
+            stats = admin.topic_stats(addr, args.topic)
+        for mq, row in stats.items():
             rows.append(
                 {
                     "brokerName": mq["brokerName"],

@@ -67,7 +67,7 @@ async def test_topics_messages_and_broker_tools(servers: Servers) -> None:  # no
     assert route["queueDatas"][0]["writeQueueNums"] == 4
 
     (sent,) = await admin_json(servers, "sendMessage", "-t", topic, "-p", "hello", "-k", "k1", "-c", "TagA")
-    assert sent["sendStatus"] == "SEND_OK"
+    assert sent["sendStatus"] == "SEND_OK" and isinstance(sent["queueId"], int)
     (msg,) = await admin_json(servers, "queryMsgById", "-i", sent["offsetMsgId"])
     assert (msg["body"], msg["keys"], msg["tags"]) == ("hello", "k1", "TagA")
     (found,) = await admin_json(servers, "queryMsgByKey", "-t", topic, "-k", "k1")
