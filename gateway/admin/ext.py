@@ -13,6 +13,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.errors import NameServerUnreachable
 from gateway.remoting.headers import (
     PullMessageRequestHeader,
     PullSysFlag,
@@ -91,7 +92,7 @@ class AdminExt:
                 return self.call(addr, code, ext, ok=ok)
             except OSError as e:
                 error = e
-        raise ConnectionError(f"no name server answered ({';'.join(self.namesrv)}): {error}")
+        raise NameServerUnreachable(self.namesrv, error) from error
 
     @staticmethod
     def body(response: RemotingCommand) -> Any:
