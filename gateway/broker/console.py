@@ -308,7 +308,11 @@ def _message(broker: BrokerController, request: Request) -> bytes:
     form = _LOOKUP_FORM.format(id=_e(msg_id), topic=_e(topic), key=_e(key))
     found: list[MessageExt] = []
     if msg_id:
-        _, offset = decode_offset_message_id(msg_id)  # ValueError: a bad request
+        try:
+            _, offset = decode_offset_message_id(msg_id)
+        except ValueError as e:  # the form again, to correct the id in
+            request.setResponseCode(400)
+            return _page(broker, "Messages", form + f"<p>{_e(e)}</p>")
         m = look_message(broker.store, offset)
         found = [m] if m is not None else []
     elif topic and key:

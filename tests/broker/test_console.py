@@ -158,6 +158,7 @@ async def test_console_shows_rocketmq_words_and_colours_only_lag(console_broker:
 
     status, page = await deferToThread(_get, f"{base}/message?id=garbage")
     assert status == 400 and "<p>not an offset message id: garbage</p>" in page and "fromhex" not in page
+    assert 'value="garbage"' in page  # in the form, to be corrected
 
 
 @pytest_twisted.ensureDeferred
