@@ -20,6 +20,7 @@ from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.bodies import TopicRouteData
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.errors import NameServerUnreachable
 from gateway.remoting.headers import (
     GetRouteInfoRequestHeader,
     OffsetResponseHeader,
@@ -108,21 +109,21 @@ class Queue:
 
 def route(settings: Settings) -> TopicRouteData:
     """The topic's route from the first NameServer that answers."""
-    errors = []
+    error: OSError | None = None
     request = GetRouteInfoRequestHeader(topic=settings.topic)
     for addr in settings.namesrv:
         try:
             with settings.connect(addr) as conn:
                 resp = conn.invoke(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, request.encode()))
         except OSError as e:
-            errors.append(f"{addr}: {e}")
+            error = e
             continue
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
             raise SourceError(f"topic {settings.topic} is not routed by {addr}")
         if resp.code != ResponseCode.SUCCESS:
             raise SourceError(f"{addr} answered {resp.code}: {resp.remark}")
         return TopicRouteData.from_json(fastjson.loads(resp.body))
-    raise SourceError(f"no NameServer answered: {'; '.join(errors)}")
+    raise SourceError(str(NameServerUnreachable(settings.namesrv, error))) from error
 
 
 def queues(settings: Settings) -> list[Queue]:

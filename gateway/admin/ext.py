@@ -14,6 +14,7 @@ from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.codec import ProtocolError
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.errors import NameServerUnreachable
 from gateway.remoting.headers import (
     PullMessageRequestHeader,
     PullSysFlag,
@@ -113,9 +114,9 @@ class AdminExt:
                 return self.call(addr, code, ext, ok=ok)
             except OSError as e:
                 errors.append(e)
-        if len(errors) == 1:
+        if len(errors) == 1:  # it names its address already
             raise errors[0]
-        raise ConnectionError(f"no name server answered: {'; '.join(map(str, errors))}")
+        raise NameServerUnreachable(self.namesrv, errors[-1]) from errors[-1]
 
     @staticmethod
     def body(response: RemotingCommand) -> Any:

@@ -22,7 +22,7 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from gateway.remoting import fastjson
-from gateway.remoting.codes import RequestCode
+from gateway.remoting.codes import PermName, RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageExt, RecordError, decode_offset_message_id, decode_records
 from gateway.remoting.names import TRACE_TOPIC, topic_problem
@@ -232,7 +232,8 @@ def _topics(broker: BrokerController, request: Request) -> bytes:
     rows = []
     for name, tc in sorted(broker.topics.table.items()):
         stored = sum(max(store.get_max_offset_in_queue(name, q), 0) for q in range(tc.write_queue_nums))
-        rows.append((_topic_link(name), tc.read_queue_nums, tc.write_queue_nums, tc.perm, tc.order, stored))
+        perm, order = PermName.perm_to_string(tc.perm), str(tc.order).lower()  # as TopicConfig prints them
+        rows.append((_topic_link(name), tc.read_queue_nums, tc.write_queue_nums, perm, order, stored))
     headers = ("topic", "read queues", "write queues", "perm", "order", "messages stored")
     return _page(broker, "Topics", _table(headers, rows, (0,)))
 
@@ -257,7 +258,7 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
         rows = lag_rows(group)
         clients = [(i.client_id, i.channel.peer, i.language, i.version) for i in cg.channels.values()] if cg else []
         content = (
-            f"<p>Total lag: <span class='lag'>{sum(r[4] for r in rows)}</span></p>"
+            _total_lag(sum(r[4] for r in rows))
             + _table(("topic", "queue", "broker offset", "consumer offset", "lag", "last consumed"), rows)
             + "<h2>Clients online</h2>"
             + _table(("client id", "address", "language", "version"), clients)
@@ -271,6 +272,11 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
         link = f'<a href="/console/groups?group={quote(g)}">{_e(g)}</a>'
         rows.append((link, len(cg.channels) if cg else 0, cg.message_model.name if cg else "-", lag))
     return _page(broker, "Consumer groups", _table(("group", "clients online", "model", "lag"), rows, (0,)))
+
+
+def _total_lag(lag: int) -> str:
+    """Red only when messages are waiting."""
+    return f"<p>Total lag: <span class='lag'>{lag}</span></p>" if lag else "<p>Total lag: 0</p>"
 
 
 _LOOKUP_FORM = """<form action="/console/message" method="get">
@@ -302,7 +308,11 @@ def _message(broker: BrokerController, request: Request) -> bytes:
     form = _LOOKUP_FORM.format(id=_e(msg_id), topic=_e(topic), key=_e(key))
     found: list[MessageExt] = []
     if msg_id:
-        _, offset = decode_offset_message_id(msg_id)  # ValueError: a bad request
+        try:
+            _, offset = decode_offset_message_id(msg_id)
+        except ValueError as e:  # the form again, to correct the id in
+            request.setResponseCode(400)
+            return _page(broker, "Messages", form + f"<p>{_e(e)}</p>")
         m = look_message(broker.store, offset)
         found = [m] if m is not None else []
     elif topic and key:

@@ -32,7 +32,7 @@ class MQAdmin:
 
         async def fetch() -> list[MessageQueue]:
             if not await self.client.update_topic_route_from_namesrv(topic):
-                raise MQClientError(f"Can not find Message Queue for this topic, {topic}")
+                raise self.client.no_route_error(f"Can not find Message Queue for this topic, {topic}")
             return sorted(subscribe_queues(topic, self.client.topic_routes[topic]))
 
         return Deferred.fromCoroutine(fetch())

@@ -20,6 +20,7 @@ from gateway.remoting.bodies import (
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.errors import NameServerUnreachable
 from gateway.remoting.headers import (
     CommandHeader,
     ConsumerGroupRequestHeader,
@@ -83,6 +84,8 @@ class MQClientAPI:
         self.timeout = timeout
         # Like Java, stick to one name server and move on only when it fails.
         self._namesrv_index = random.randrange(len(self.namesrv_addrs))
+        # Why the last name server request failed when none answered; None once one does.
+        self.namesrv_unreachable: NameServerUnreachable | None = None
 
     async def _invoke(self, addr: str, request: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
         return await self.remoting.invoke(addr, request, self.timeout if timeout is None else timeout)
@@ -92,13 +95,16 @@ class MQClientAPI:
         for _ in range(len(self.namesrv_addrs)):
             addr = self.namesrv_addrs[self._namesrv_index]
             try:
-                return addr, await self._invoke(addr, request)
+                response = await self._invoke(addr, request)
             except REMOTING_ERRORS as e:
                 log.warn("name server {addr} failed: {error}", addr=addr, error=e)
                 last = e
                 self._namesrv_index = (self._namesrv_index + 1) % len(self.namesrv_addrs)
-        assert last is not None
-        raise last
+            else:
+                self.namesrv_unreachable = None
+                return addr, response
+        self.namesrv_unreachable = NameServerUnreachable(self.namesrv_addrs, last)
+        raise self.namesrv_unreachable from last
 
     # -- name server
 

@@ -227,6 +227,11 @@ class ClientInstance:
         self._apply_route(topic, default_topic_route(template, queue_nums))
         return True
 
+    def no_route_error(self, message: str) -> MQClientError:
+        """``message`` (RocketMQ's words for a missing route), with the reason when no name server answered."""
+        unreachable = self.api.namesrv_unreachable
+        return MQClientError(message if unreachable is None else f"{message}, {unreachable}")
+
     def _apply_route(self, topic: str, route: TopicRouteData) -> None:
         self.topic_routes[topic] = route
         # Rebuilt from all routes, so brokers no route mentions any more drop out (cleanOfflineBroker).

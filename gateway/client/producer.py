@@ -336,7 +336,7 @@ class Producer:
                 topic, self.create_topic_key, self.default_topic_queue_nums
             )
         if not info.ok():
-            raise MQClientError(f"No route info of this topic: {topic}")
+            raise self.client.no_route_error(f"No route info of this topic: {topic}")
         return info
 
     async def _send(

@@ -221,3 +221,12 @@ class PermName:
     PERM_READ = 0x4
     PERM_WRITE = 0x2
     PERM_INHERIT = 0x1
+
+    @staticmethod
+    def perm_to_string(perm: int) -> str:
+        """``RW-``, ``R--``, ``RWX``... as RocketMQ prints a permission (perm2String)."""
+        return (
+            ("R" if perm & PermName.PERM_READ else "-")
+            + ("W" if perm & PermName.PERM_WRITE else "-")
+            + ("X" if perm & PermName.PERM_INHERIT else "-")
+        )

@@ -222,9 +222,12 @@ def create_offset_message_id(store_host: bytes, physical_offset: int) -> str:
 
 def decode_offset_message_id(msg_id: str) -> tuple[str, int]:
     """(``ip:port``, commitlog offset) from an offsetMsgId; raises ValueError if malformed."""
-    raw = bytes.fromhex(msg_id)
-    if len(raw) not in (16, 28):
-        raise ValueError(f"not an offset message id: {msg_id}")
+    try:
+        raw = bytes.fromhex(msg_id)
+        if len(raw) not in (16, 28):
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"not an offset message id: {msg_id}") from None
     return unpack_host(raw[:-8]), _OFFSET.unpack(raw[-8:])[0]
 
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = Path(os.environ.get("CONSOLE_SCREENSHOTS", ROOT / "artifacts" / "console"))
 
-pytestmark = pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="Debian's chromium is not installed (scripts/test installs it)"
 )
 
@@ -55,6 +55,7 @@ async def console_broker(tmp_path: Path, remoting) -> AsyncIterator[BrokerUnderT
     await broker.stop()
 
 
+@needs_chromium
 @pytest_twisted.ensureDeferred
 async def test_console_pages_in_chromium(console_broker: BrokerUnderTest) -> None:
     broker = console_broker
@@ -116,12 +117,48 @@ async def test_console_pages_in_chromium(console_broker: BrokerUnderTest) -> Non
         assert (SHOTS / f"{name}.png").stat().st_size > 1000
 
 
-def _status(url: str) -> int:
+def _get(url: str) -> tuple[int, str]:
+    """Status and page over plain HTTP."""
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status
+            return response.status, response.read().decode()
     except urllib.error.HTTPError as e:
-        return e.code
+        return e.code, e.read().decode()
+
+
+def _status(url: str) -> int:
+    return _get(url)[0]
+
+
+async def _commit_offset(broker: BrokerUnderTest, group: str, topic: str, offset: int) -> None:
+    header = UpdateConsumerOffsetRequestHeader(group, topic, 0, offset).encode()
+    assert (await broker.call(RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header))).code == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_console_shows_rocketmq_words_and_colours_only_lag(console_broker: BrokerUnderTest) -> None:
+    broker = console_broker
+    base = f"http://127.0.0.1:{broker.controller.config.metricsPromExporterPort}/console"
+    await create_topic(broker, "WordsTopic", 1)
+    for i in range(3):
+        assert (await send(broker, "WordsTopic", b"m%d" % i, {})).code == ResponseCode.SUCCESS
+    await _commit_offset(broker, "caught_up_cg", "WordsTopic", 3)
+    await _commit_offset(broker, "behind_cg", "WordsTopic", 1)
+
+    status, page = await deferToThread(_get, f"{base}/topics")
+    assert status == 200
+    # perm and order as TopicConfig prints them (perm2String, Java's booleans), not Python's 6 and False.
+    assert '>WordsTopic</a></td><td class="n">1</td><td class="n">1</td><td>RW-</td><td>false</td>' in page
+    assert "<td>False</td>" not in page and "<td>True</td>" not in page
+
+    status, page = await deferToThread(_get, f"{base}/groups?group=caught_up_cg")
+    assert status == 200 and "<p>Total lag: 0</p>" in page and "class='lag'" not in page
+    status, page = await deferToThread(_get, f"{base}/groups?group=behind_cg")
+    assert status == 200 and "<p>Total lag: <span class='lag'>2</span></p>" in page
+
+    status, page = await deferToThread(_get, f"{base}/message?id=garbage")
+    assert status == 400 and "<p>not an offset message id: garbage</p>" in page and "fromhex" not in page
+    assert 'value="garbage"' in page  # in the form, to be corrected
 
 
 @pytest_twisted.ensureDeferred

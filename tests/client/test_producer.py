@@ -11,6 +11,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
+from compat_tests.servers import free_port
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.client import (
@@ -206,6 +207,34 @@ async def test_invalid_messages_are_refused(servers: Servers, producer: Producer
         await producer.send(build_message("SCHEDULE_TOPIC_XXXX", b"x"))
     with pytest.raises(MQClientError, match="same"):
         await producer.send_batch([build_message(topic, b"a"), build_message(topic + "x", b"b")])
+
+
+@pytest_twisted.ensureDeferred
+async def test_no_route_says_which_name_servers_did_not_answer(servers: Servers, reader: PullConsumer) -> None:
+    down = f"127.0.0.1:{free_port()};127.0.0.1:{free_port()}"
+    producer = Producer(group_name("pg"), down)
+    consumer = PullConsumer(group_name("reader"), down)
+    await producer.start()
+    await consumer.start()
+    try:
+        with pytest.raises(MQClientError) as sent:
+            await producer.send(build_message("NoRouteTopic", b"x"))
+        assert str(sent.value).startswith(
+            f"No route info of this topic: NoRouteTopic, no name server answered ({down}): "
+        )
+        assert "Connection refused" in str(sent.value)
+        with pytest.raises(MQClientError) as fetched:
+            await consumer.fetch_subscribe_message_queues("NoRouteTopic")
+        assert str(fetched.value).startswith(
+            f"Can not find Message Queue for this topic, NoRouteTopic, no name server answered ({down}): "
+        )
+    finally:
+        await producer.shutdown()
+        await consumer.shutdown()
+    # A name server that answers but has no route: RocketMQ's words alone.
+    with pytest.raises(MQClientError) as fetched:
+        await reader.fetch_subscribe_message_queues("NoRouteTopic")
+    assert str(fetched.value) == "Can not find Message Queue for this topic, NoRouteTopic"
 
 
 @pytest_twisted.ensureDeferred

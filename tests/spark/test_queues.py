@@ -118,7 +118,7 @@ def test_tls_options_reach_an_enforcing_mutual_tls_cluster(
     assert call(tls_servers.broker_addr, create_topic_request("SparkTlsTopic", 1), tls=context).code == 0
     _one_message(tls_servers, "SparkTlsTopic", tls=context)
     options = {"namesrvAddr": tls_servers.namesrv_addr, "topic": "SparkTlsTopic"}
-    with pytest.raises(rq.SourceError, match="no NameServer answered"):
+    with pytest.raises(rq.SourceError, match="no name server answered"):
         _read_all(options)  # plain TCP to enforcing servers
     deadline = time.monotonic() + 10
     while True:  # the broker registers the new topic with the NameServer in the background
