@@ -14,18 +14,25 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from twisted.internet.task import Clock
 
 from compat_tests.servers import call, free_broker_port, free_port
-from gateway.broker.config import load_broker_config
+from gateway.broker.config import BrokerConfig, load_broker_config
+from gateway.broker.managers import TopicConfigManager
+from gateway.broker.registration import CHANGE_DELAY, BrokerRegistration
 from gateway.config import ConfigError
+from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from tests.broker.test_broker_server import send_header
 from tests.ha.procs import Proc, until, write_properties
 from tests.namesrv.support import register_request, route_request
+from tests.security.test_flood import _NameServers
 
 BROKER_NAME = "broker-a"
 PERIOD_MS = 2000
@@ -221,3 +228,32 @@ def test_without_force_register_an_unchanged_broker_asks_the_data_version_and_st
 def test_register_name_server_period_min_out_of_bounds_is_refused(value: str) -> None:
     with pytest.raises(ConfigError, match="key registerNameServerPeriodMin: must be between 1000 and 60000"):
         load_broker_config(overrides={"registerNameServerPeriodMin": value})
+
+
+def test_the_full_registration_after_registered_changes_carries_a_new_data_version(tmp_path: Path) -> None:
+    clock = Clock()
+    cfg = BrokerConfig(brokerName=BROKER_NAME, brokerClusterName="DefaultCluster", namesrvAddr="127.0.0.1:9876")
+    namesrv = _NameServers()
+    topics = TopicConfigManager(cfg, tmp_path)
+    broker = SimpleNamespace(reactor=clock, config=cfg, topics=topics)
+    registration = BrokerRegistration(broker, namesrv)  # type: ignore[arg-type]
+
+    def registered() -> DataVersion:
+        namesrv.answer()
+        body = RegisterBrokerBody.from_json(fastjson.loads(namesrv.requests[-1].body))
+        return body.topic_config_serialize_wrapper.data_version
+
+    registration.register_all()
+    unchanged = registered()
+    registration.register_all()
+    assert registered() == unchanged  # nothing new for a NameServer that has it all
+
+    topics.update_topic_config(TopicConfig("New", 2, 2))
+    registration.topics_changed("New")
+    clock.advance(CHANGE_DELAY)
+    changes = registered()
+    registration.register_all()
+    full = registered()
+    assert full.counter > changes.counter
+    registration.register_all()
+    assert registered() == full
