@@ -170,6 +170,9 @@ def test_a_name_server_added_to_namesrv_addr_at_run_time_gets_every_route(server
     send(broker, EARLIER_TOPIC)
     second = servers.start_namesrv("ns2")
 
+    # Read at start only, and checked there: not changed (nor persisted) remotely.
+    refused = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"registerNameServerPeriodMin=0\n")
+    assert call(broker, refused, 5).code == ResponseCode.NO_PERMISSION
     update = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=f"namesrvAddr={first};{second}\n".encode())
     assert call(broker, update, 5).code == ResponseCode.SUCCESS
     send(broker, "LaterTopic")
