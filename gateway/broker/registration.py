@@ -140,21 +140,21 @@ class BrokerRegistration:
         calls = []
         for addr in cfg.namesrv_addrs:
             req = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, dict(header), body, language="JAVA")
-            d = self.client.invoke(addr, req, timeout)
-            d.addCallbacks(self._version_changed, self._query_failed, callbackArgs=(version,), errbackArgs=(addr,))
-            calls.append(d)
+            d = self.client.invoke(addr, req, timeout).addCallback(self._version_changed, version)
+            calls.append(d.addErrback(self._query_failed, addr))
         return defer.DeferredList(calls).addCallback(lambda results: any(changed for _ok, changed in results))
 
     @staticmethod
     def _version_changed(response: RemotingCommand, version: DataVersion) -> bool:
         if response.code != ResponseCode.SUCCESS:
-            return False  # as Apache: only a failure to ask counts as changed
+            return False  # as Apache: an error answer is no change
         if QueryDataVersionResponseHeader.decode(response.ext_fields).changed:
             return True
         return bool(response.body) and DataVersion.from_json(fastjson.loads(response.body)) != version
 
     @staticmethod
     def _query_failed(failure: Any, addr: str) -> bool:
+        # As Apache: no answer, or one that does not decode, counts as changed.
         log.warn(
             "query data version from name server {addr} failed: {error}", addr=addr, error=failure.getErrorMessage()
         )
