@@ -56,6 +56,8 @@ class BrokerConfig:
     regionId: str = "DefaultRegion"
     traceOn: bool = True
     registerNameServerPeriod: int = 30000
+    # Ours: the shortest registerNameServerPeriod taken (Apache's fixed 10 s), at least 1 s; lowered in tests.
+    registerNameServerPeriodMin: int = 10000
     forceRegister: bool = True
     registerBrokerTimeoutMills: int = 6000
     longPollingEnable: bool = True
@@ -181,6 +183,9 @@ def load_broker_config(
     broker.__post_init__()
     _check_role(broker, store, path, overrides or {})
     _check_credentials(broker, path, overrides or {})
+    if not 1000 <= broker.registerNameServerPeriodMin <= 60000:
+        source = "command line" if "registerNameServerPeriodMin" in (overrides or {}) or not path else path
+        raise ConfigError(f"{source}: key registerNameServerPeriodMin: must be between 1000 and 60000 (ms)")
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))

@@ -196,7 +196,9 @@ class BrokerController(service.Service):
         self.flush_service.start()
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
-        period = min(max(self.config.registerNameServerPeriod, 10000), 60000) / 1000.0
+        # Apache's bounds, 10 s to 60 s; the floor is ours to lower (registerNameServerPeriodMin).
+        floor = self.config.registerNameServerPeriodMin
+        period = min(max(self.config.registerNameServerPeriod, floor), 60000) / 1000.0
         self.registration.drop_changes()
         if self.replicas is None:
             self._apply_role()
@@ -204,7 +206,7 @@ class BrokerController(service.Service):
         else:
             # Controller mode: the controller says who is master; nothing is registered before that.
             self._registered = self.replicas.start()
-        self._every(period, self.registration.register_all, now=False)
+        self._every(period, self.registration.register_periodically, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)

@@ -1,23 +1,31 @@
 """Broker → NameServer registration (BrokerOuterAPI): register at start, periodically, and on topic changes.
 
 Topic changes are coalesced: a burst of new topics (auto-created on send, retry topics of new groups) costs
-one registration of the whole table, with at most one in flight and one more after it for later changes.
+one registration of the changes, with at most one in flight and one more after it for later changes.
+
+A NameServer takes a registration's topics only when it does not know this broker yet or the data version
+moved. One that lost this broker (its channel closed, the broker expired, the NameServer restarted or was
+added) and then hears of a change takes those topics as the whole table, with the current data version, so
+the next full registration after changes carries a new data version and every NameServer takes it all again.
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from gateway.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import (
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
@@ -47,6 +55,8 @@ class BrokerRegistration:
         self.on_hold = False
         # Topics changed since the last registration of changes.
         self._changed: set[str] = set()
+        # Changes were registered since the last full registration.
+        self._changes_sent = False
         self._changes = Coalescer(broker.reactor, self._register_changes, CHANGE_DELAY, "registering topic changes")
 
     def topics_changed(self, *topics: str) -> None:
@@ -87,21 +97,74 @@ class BrokerRegistration:
             )
         return fastjson.dumps(RegisterBrokerBody(wrapper, []))
 
+    def register_periodically(self) -> defer.Deferred[Any]:
+        """Every registerNameServerPeriod: :meth:`register_all`; with ``forceRegister=false`` only when a
+        NameServer holds another data version or could not be asked (Apache's needRegister), or changes
+        were registered since the last full registration."""
+        if self.broker.config.forceRegister or self._changes_sent:
+            return self.register_all()
+        return self._need_register().addCallback(lambda need: self.register_all() if need else None)
+
     def register_all(self) -> defer.Deferred[Any]:
         """REGISTER_BROKER with every topic to every NameServer; fires when all have answered or failed."""
+        if self._changes_sent and self._may_register():
+            self._changes_sent = False
+            self.broker.topics.data_version.next_version()
         return self._register(self.broker.topics.wrapper())
 
     def _register_changes(self) -> defer.Deferred[Any]:
         topics = self.broker.topics
         names, self._changed = self._changed, set()
         changed = {n: tc for n in names if (tc := topics.select(n)) is not None}
+        self._changes_sent = self._changes_sent or self._may_register()
         return self._register(TopicConfigSerializeWrapper(changed, topics.data_version))
+
+    def _may_register(self) -> bool:
+        return bool(self.broker.config.namesrv_addrs) and not self.on_hold
+
+    def _need_register(self) -> defer.Deferred[bool]:
+        """QUERY_DATA_VERSION to every NameServer: True if any holds another data version or fails to answer.
+        An unchanged answer refreshes this broker there, as a registration does."""
+        if not self._may_register():
+            return defer.succeed(False)
+        cfg = self.broker.config
+        version = replace(self.broker.topics.data_version)
+        header = QueryDataVersionRequestHeader(
+            broker_name=cfg.brokerName,
+            broker_addr=cfg.broker_addr,
+            cluster_name=cfg.brokerClusterName,
+            broker_id=cfg.brokerId,
+        ).encode()
+        body = fastjson.dumps(version)
+        timeout = cfg.registerBrokerTimeoutMills / 1000.0
+        calls = []
+        for addr in cfg.namesrv_addrs:
+            req = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, dict(header), body, language="JAVA")
+            d = self.client.invoke(addr, req, timeout).addCallback(self._version_changed, version)
+            calls.append(d.addErrback(self._query_failed, addr))
+        return defer.DeferredList(calls).addCallback(lambda results: any(changed for _ok, changed in results))
+
+    @staticmethod
+    def _version_changed(response: RemotingCommand, version: DataVersion) -> bool:
+        if response.code != ResponseCode.SUCCESS:
+            return False  # as Apache: an error answer is no change
+        if QueryDataVersionResponseHeader.decode(response.ext_fields).changed:
+            return True
+        return bool(response.body) and DataVersion.from_json(fastjson.loads(response.body)) != version
+
+    @staticmethod
+    def _query_failed(failure: Any, addr: str) -> bool:
+        # As Apache: no answer, or one that does not decode, counts as changed.
+        log.warn(
+            "query data version from name server {addr} failed: {error}", addr=addr, error=failure.getErrorMessage()
+        )
+        return True
 
     def _register(self, wrapper: TopicConfigSerializeWrapper) -> defer.Deferred[Any]:
         cfg = self.broker.config
-        addrs = cfg.namesrv_addrs
-        if not addrs or self.on_hold:
+        if not self._may_register():
             return defer.succeed(None)
+        addrs = cfg.namesrv_addrs
         body = self._body(wrapper)
         self.registered_ids.add(cfg.brokerId)
         header = RegisterBrokerRequestHeader(

@@ -43,6 +43,7 @@ FIXED_BLACK_LIST = frozenset(
         "haListenPort",
         "startWithCorruptStateFiles",
         "remotingMaxBufferedBytes",
+        "registerNameServerPeriodMin",
         "maxOpenMappedFiles",
         "metricsExporterType",  # the metrics listener, like the remoting one, is made at start-up
         "metricsPromExporterHost",
