@@ -495,16 +495,17 @@ class CommitLog:
                 if found is None:
                     log.info("commitlog recovery stops at %d: %s", f.file_from_offset + pos, e)
                     break
-                damaged = f.file_from_offset + pos
+                damaged, damaged_path = f.file_from_offset + pos, f.path
                 index, pos = found
                 f = files[index]
                 skipped.append((damaged, f.file_from_offset + pos))
                 log.warning(
-                    "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s); recovery goes on after them",
+                    "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) from %s; the records after them are kept",
                     damaged,
                     f.file_from_offset + pos,
                     f.file_from_offset + pos - damaged,
                     e,
+                    damaged_path,
                 )
                 continue
             if req is None:  # end-of-segment blank

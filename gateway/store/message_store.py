@@ -770,6 +770,8 @@ def _access_error(e: OSError) -> StoreLoadError:
     path = e.filename
     if path is None:
         return StoreLoadError(f"store: {e.strerror or e}")
+    if not os.path.lexists(path):  # it could not be created: its directory is what refuses
+        path = os.path.dirname(path) or "."
     need = "read, write and create files in this directory" if os.path.isdir(path) else "read and write this file"
-    hint = " (for root: an immutable attribute? see lsattr)" if e.errno == errno.EPERM else ""
+    hint = " (immutable? see lsattr)" if e.errno == errno.EPERM else ""  # what refuses root
     return StoreLoadError(f"{path}: {e.strerror}{hint}: the store needs to {need}")
