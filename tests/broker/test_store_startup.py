@@ -63,19 +63,17 @@ def broker_command(tmp_path: Path, config: StoreConfig) -> list[str]:
 def boot_and_stop(tmp_path: Path, config: StoreConfig) -> str:
     """Run the broker until it says it booted, stop it with SIGTERM; its stderr (the console's warnings)."""
     env = {**os.environ, "NAMESRV_ADDR": ""}
-    proc = subprocess.Popen(
-        broker_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "boot success" in line, proc.stderr.read() if proc.stderr else ""
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    command = broker_command(tmp_path, config)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            line = proc.stdout.readline()
+            assert "boot success" in line, line + proc.stdout.read() + proc.stderr.read()
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, stderr
     return stderr
 
