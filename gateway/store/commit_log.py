@@ -491,22 +491,19 @@ class CommitLog:
             try:
                 req = check_message_and_return_size(f.view, pos, f.file_from_offset, check_crc)
             except CorruptRecordError as e:
-                found = self._next_valid_record(index, pos + 1)
+                damaged = f.file_from_offset + pos
+                found = self.next_valid_record(damaged + 1)
                 if found is None:
-                    log.info("commitlog recovery stops at %d: %s", f.file_from_offset + pos, e)
+                    log.info("commitlog recovery stops at %d: %s", damaged, e)
                     break
-                damaged, damaged_path = f.file_from_offset + pos, f.path
-                index, pos = found
-                f = files[index]
-                skipped.append((damaged, f.file_from_offset + pos))
                 log.warning(
                     "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) from %s; the records after them are kept",
-                    damaged,
-                    f.file_from_offset + pos,
-                    f.file_from_offset + pos - damaged,
-                    e,
-                    damaged_path,
+                    *(damaged, found, found - damaged, e, f.path),
                 )
+                skipped.append((damaged, found))
+                f = self.queue.find_mapped_file_by_offset(found)
+                assert f is not None
+                index, pos = files.index(f), found - f.file_from_offset
                 continue
             if req is None:  # end-of-segment blank
                 if index + 1 == len(files):
@@ -525,28 +522,38 @@ class CommitLog:
         self.tail = (end, last_timestamp)
         return records, cut, dropped, skipped
 
-    def _next_valid_record(self, index: int, pos: int) -> tuple[int, int] | None:
-        """(segment index, position) of the first valid record, its body CRC checked, at or after ``pos`` of
-        segment ``index`` or in a later contiguous segment; None when only a torn tail follows.
+    def next_valid_record(self, offset: int, end: int | None = None) -> int | None:
+        """Offset of the first valid record, its body CRC checked, at or after ``offset`` (in its segment or a
+        later contiguous one) and ending by ``end``; None when there is none: a torn tail, or a record still arriving.
 
-        Candidates are where the magic code appears among the bytes before a segment's first 1 MiB of zeros
-        (``last_nonzero``), so the end of the data costs one short read; each must also hold its own offset.
+        Candidates are where the magic code appears before ``end``, or without ``end`` among the bytes before a
+        segment's first 1 MiB of zeros (``last_nonzero``: the end of the data costs one short read); each must also
+        hold its own offset.
         """
-        files = self.queue.files
+        q = self.queue
+        first = q.find_mapped_file_by_offset(offset)
+        if first is None:
+            return None
+        files = q.files
+        index = files.index(first)
+        pos = offset - first.file_from_offset
         for i in range(index, len(files)):
             f = files[i]
             if i > index:
                 if f.file_from_offset != files[i - 1].end_offset:
                     return None  # a missing segment: what follows cannot be placed
                 pos = 0
-            limit = f.last_nonzero(pos)
+            limit = f.last_nonzero(pos) if end is None else min(end - f.file_from_offset, f.file_size)
             mm = f.mm
             at = pos + _MAGIC_POS
             while (at := mm.find(_MESSAGE_MAGIC, at, max(limit, at))) >= 0:
                 with contextlib.suppress(CorruptRecordError):
-                    check_message_and_return_size(f.view, at - _MAGIC_POS, f.file_from_offset, True)
-                    return i, at - _MAGIC_POS
+                    req = check_message_and_return_size(f.view, at - _MAGIC_POS, f.file_from_offset, True)
+                    if req is not None and (end is None or req.commit_log_offset + req.msg_size <= end):
+                        return req.commit_log_offset
                 at += 1
+            if end is not None and f.end_offset >= end:
+                return None
         return None
 
     def close(self) -> None:

@@ -383,8 +383,18 @@ class DefaultMessageStore:
             while pos < len(view):
                 try:
                     req = check_message_and_return_size(view, pos, base, False)
-                except CorruptRecordError:
-                    return  # the rest of this record comes with the next transfer
+                except CorruptRecordError as e:
+                    # Usually the rest of this record comes with the next transfer; but with a whole record after
+                    # it, it is a damaged one the master's recovery skipped: skip it too.
+                    found = cl.next_valid_record(base + pos + 1, end)
+                    if found is None:
+                        return
+                    log.warning(
+                        "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) replicated into %s",
+                        *(base + pos, found, found - base - pos, e, f.path),
+                    )
+                    self._reput_from = found
+                    break
                 if req is None:  # end-of-segment blank
                     self._reput_from = f.end_offset
                     break

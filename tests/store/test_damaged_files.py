@@ -137,3 +137,31 @@ def test_index_file_of_the_wrong_length_is_rebuilt(config: StoreConfig) -> None:
         assert all(queried(store, uniq_key(m.properties)) == [m.body] for m in msgs)
     finally:
         store.shutdown()
+
+
+def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tmp_path: Path) -> None:
+    """A slave copies the master's bytes, damaged ones included; it dispatches what follows them."""
+    config = dataclasses.replace(config, mappedFileSizeCommitLog=SEGMENT)
+    store = DefaultMessageStore(config)
+    store.start()
+    msgs = [make_msg(body=b"%04d" % i + os.urandom(96)) for i in range(200)]
+    results = [store.put_message(m).append for m in msgs]
+    store.shutdown()
+    segment = Path(config.commit_log_path) / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(results[100].wrote_offset + 4)
+        f.write(b"\0\0\0\1")
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    data = segment.read_bytes()[:end]
+    slave = DefaultMessageStore(
+        dataclasses.replace(config, storePathRootDir=str(tmp_path / "slave"), brokerRole="SLAVE")
+    )
+    slave.start()
+    try:
+        for at in range(0, end, 1000):  # transfers that end inside records
+            assert slave.append_to_commit_log(at, data[at : at + 1000])
+            slave.dispatch_appended()
+        assert slave.replicated_whole_records_end == end
+        assert read_all(slave) == [m.body for i, m in enumerate(msgs) if i != 100]
+    finally:
+        slave.shutdown()
