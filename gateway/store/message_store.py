@@ -203,7 +203,7 @@ class DefaultMessageStore:
         def on_record(req: DispatchRequest) -> None:
             offset = req.commit_log_offset
             if (
-                (offset >= redispatch_from or (req.topic, req.queue_id) in rebuilt)
+                (offset >= redispatch_from or (rebuilt and (req.topic, req.queue_id) in rebuilt))
                 and is_dispatched(req.sys_flag)
                 and self._redispatch(req)
             ):
@@ -776,10 +776,14 @@ class DefaultMessageStore:
 
 
 def _access_error(e: OSError) -> StoreLoadError:
-    """One line for a store file or directory the broker cannot use: which path, what it must be allowed."""
+    """One line for a store path the process cannot use: which path, and what the store needs of it."""
     path = e.filename
     if path is None:
         return StoreLoadError(f"store: {e.strerror or e}")
+    if e.errno in (errno.EEXIST, errno.ENOTDIR):
+        return StoreLoadError(f"{path}: {e.strerror}: the store needs a directory there")
+    if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreLoadError(f"{path}: {e.strerror}: the store cannot use this path")
     if not os.path.lexists(path):  # it could not be created: its directory is what refuses
         path = os.path.dirname(path) or "."
     need = "read, write and create files in this directory" if os.path.isdir(path) else "read and write this file"

@@ -100,6 +100,14 @@ def test_store_is_locked_while_running(open_store: Opener, config: StoreConfig) 
     open_store()  # the lock went with the shutdown
 
 
+@pytest.mark.parametrize("where", ["store", "store/sub"])
+def test_a_file_where_the_store_directory_goes_is_named(tmp_path: Path, where: str) -> None:
+    (tmp_path / "store").write_bytes(b"")
+    root = tmp_path / where
+    with pytest.raises(StoreLoadError, match=f"^{root}: .*: the store needs a directory there$"):
+        DefaultMessageStore(StoreConfig(storePathRootDir=str(root))).start()
+
+
 def test_crash_keeps_everything_written(config: StoreConfig) -> None:
     store = DefaultMessageStore(config)
     store.start()
