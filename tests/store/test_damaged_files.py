@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from gateway.remoting.message import decode_records, property_value
 from gateway.store import DefaultMessageStore, StoreConfig
 
-from .conftest import CQ_SIZE, crash, make_msg
+from .conftest import CL_SIZE, CQ_SIZE, crash, make_msg
 from .test_recovery import fill, read_all
 
 SEGMENT = 1 << 20
@@ -165,3 +166,28 @@ def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tm
         assert read_all(slave) == [m.body for i, m in enumerate(msgs) if i != 100]
     finally:
         slave.shutdown()
+
+
+def test_damaged_record_and_lost_consume_queues(config: StoreConfig) -> None:
+    """Rebuilt from the commitlog, the damaged record's queue gets a blank unit where the record was."""
+    store = DefaultMessageStore(config)
+    store.start()
+    msgs = [make_msg(body=b"%04d" % i) for i in range(40)]
+    results = [store.put_message(m).append for m in msgs]
+    store.shutdown()
+    bad = results[20]
+    with open(Path(config.commit_log_path) / f"{bad.wrote_offset - bad.wrote_offset % CL_SIZE:020d}", "r+b") as f:
+        f.seek(bad.wrote_offset % CL_SIZE + 4)
+        f.write(b"\0\0\0\1")
+    shutil.rmtree(config.consume_queue_root)
+    store = DefaultMessageStore(config)
+    report = store.start()
+    try:
+        assert report.skipped == [(bad.wrote_offset, bad.wrote_offset + bad.wrote_bytes)]
+        assert report.records_redispatched == 39
+        assert read_all(store) == [m.body for i, m in enumerate(msgs) if i != 20]
+        assert store.get_max_offset_in_queue("TopicTest", 0) == 40
+        r = store.put_message(make_msg())
+        assert r.append is not None and r.append.logics_offset == 40
+    finally:
+        store.shutdown()
