@@ -1,7 +1,8 @@
 """Store benchmarks: append throughput per flush mode against the disk's own rate, and recovery time.
 
     python -m benchmarks.store                       # appends (both modes, index on/off) + disk rate
-    python -m benchmarks.store --recovery-gib 2      # also write 2 GiB, then time clean and crash recovery
+    python -m benchmarks.store --recovery-gib 2      # also write 2 GiB, then time its recovery cases
+    python -m benchmarks.store --recovery-gib 1 --recovery-only   # recovery only (RECOVERY_CASES)
 
 Everything runs in this process on a store in ``--dir`` (a temporary directory on the same disk by default),
 so the figures are the store's, without the network.  The disk's rate is measured in the same run and
@@ -189,44 +190,103 @@ def write_commit_log(config: StoreConfig, total: int, size: int) -> int:
     return n
 
 
+def evict_file(path: str) -> None:
+    """Drop the cached pages of one file (written back first by the caller's ``os.sync``)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def evict_page_cache(root: str) -> None:
     """Write back and drop the cached pages of every file under ``root``: a restart after a reboot."""
     os.sync()
     for directory, _, names in os.walk(root):
         for name in names:
-            fd = os.open(os.path.join(directory, name), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+            evict_file(os.path.join(directory, name))
+
+
+def disk_sequential_read(paths: list[str], total: int) -> float:
+    """GiB/s reading the first ``total`` bytes of ``paths`` in 1 MiB reads from a cold page cache."""
+    os.sync()
+    for path in paths:
+        evict_file(path)
+    left = total
+    start = time.perf_counter()
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            while left > 0 and (chunk := os.read(fd, min(MiB, left))):
+                left -= len(chunk)
+        finally:
+            os.close(fd)
+    return (total - left) / GiB / (time.perf_counter() - start)
+
+
+def damage_a_middle_record(config: StoreConfig) -> int:
+    """Overwrite the magic code of the record in the middle of queue 0 (a clean store); returns its offset."""
+    store = DefaultMessageStore(config)
+    store.start()
+    unit = store.consume_queue_table[("BenchmarkStore", 0)].get_unit(
+        store.get_max_offset_in_queue("BenchmarkStore", 0) // 2
+    )
+    store.shutdown()
+    assert unit is not None
+    segment = unit[0] - unit[0] % config.mappedFileSizeCommitLog
+    with open(os.path.join(config.commit_log_path, f"{segment:020d}"), "r+b") as f:
+        f.seek(unit[0] - segment + 4)
+        f.write(b"\0\0\0\1")
+    return unit[0]
+
+
+# Each case from a cold page cache, in this order (the last one damages the commitlog): a clean restart; a crash
+# restart (abort file left, checkpoint removed: everything scanned and CRC-checked); every consume queue rebuilt
+# (their directory deleted); the index rebuilt from nothing; a clean restart skipping one damaged record.
+RECOVERY_CASES = ("clean", "crash", "consume-queues-rebuilt", "index-rebuilt", "damaged-record")
 
 
 def recovery_run(config: StoreConfig, messages: int) -> dict[str, Any]:
-    """Time a clean restart, a crash restart (abort file left, checkpoint cleared: scan everything) and an
-    index rebuild from scratch, each from a cold page cache; check every message is in a consume queue."""
-    out: dict[str, Any] = {}
-    abort = os.path.join(config.storePathRootDir, "abort")
-    checkpoint = os.path.join(config.storePathRootDir, "checkpoint")
-    for case in ("clean", "crash", "index-rebuild"):
+    """Time each of RECOVERY_CASES and the disk's sequential read of the same commitlog; check every message (all
+    but the damaged one) is in a consume queue afterwards."""
+    root = config.storePathRootDir
+    segments = sorted(os.path.join(config.commit_log_path, name) for name in os.listdir(config.commit_log_path))
+    store = DefaultMessageStore(config)
+    store.start()
+    size = store.max_phy_offset
+    store.shutdown()
+    disk = disk_sequential_read(segments, size)
+    out: dict[str, Any] = {"commitlog_gib": round(size / GiB, 3), "disk_read_gib_per_s": round(disk, 2)}
+    for case in RECOVERY_CASES:
+        expected = messages
         if case == "crash":
-            open(abort, "w").close()
-            os.unlink(checkpoint)  # nothing known durable: recovery scans and validates the whole commitlog
-        elif case == "index-rebuild":
-            shutil.rmtree(os.path.join(config.storePathRootDir, "index"))
-        evict_page_cache(config.storePathRootDir)
+            open(os.path.join(root, "abort"), "w").close()
+            os.unlink(os.path.join(root, "checkpoint"))
+        elif case == "consume-queues-rebuilt":
+            shutil.rmtree(config.consume_queue_root)
+        elif case == "index-rebuilt":
+            shutil.rmtree(os.path.join(root, "index"))
+        elif case == "damaged-record":
+            damage_a_middle_record(config)
+            expected -= 1
+        evict_page_cache(root)
         store = DefaultMessageStore(config)
         start = time.perf_counter()
         report = store.start()
         elapsed = time.perf_counter() - start
-        units = sum(store.get_max_offset_in_queue("BenchmarkStore", q) for q in range(8))
-        assert units == messages, (units, messages)
+        units = sum(store.get_max_offset_in_queue("BenchmarkStore", q) for q in range(8)) - report.cq_units_blanked
+        assert units == expected, (case, units, expected)
         assert report.bytes_truncated == 0 and report.cq_units_truncated == 0
+        assert len(report.skipped) == (case == "damaged-record")
         scanned = store.max_phy_offset - report.scan_from
         store.shutdown()
+        gib_per_s = scanned / GiB / elapsed
         out[case] = {
             "seconds": round(elapsed, 2),
             "scanned_gib": round(scanned / GiB, 3),
             "seconds_per_gib": round(elapsed / (scanned / GiB), 2) if scanned else None,
+            "gib_per_s": round(gib_per_s, 3),
+            "share_of_disk_read": round(gib_per_s / disk, 3),
             "records_kept": report.records_kept,
             "records_redispatched": report.records_redispatched,
             "index_records_rebuilt": report.index_records_rebuilt,
@@ -238,50 +298,58 @@ def main(reactor: Any, args: argparse.Namespace) -> defer.Deferred[None]:
     return defer.ensureDeferred(_main(reactor, args))
 
 
+async def appends(reactor: Any, args: argparse.Namespace, root: str, results: dict[str, Any]) -> None:
+    """The disk's write rates in ``root``, then appends in each flush mode, index off and on."""
+    results["disk_dd_mb_per_s"] = round(disk_sequential_write(root), 1)
+    results["disk_fdatasync_4k_per_s"] = round(disk_sync_appends(root), 1)
+    base = StoreConfig(storePathRootDir=os.path.join(root, "append"), mappedFileSizeCommitLog=args.segment_mib * MiB)
+    print(
+        f"disk: {results['disk_dd_mb_per_s']} MB/s sequential (1 MiB writes + fdatasync), "
+        f"{results['disk_fdatasync_4k_per_s']} fdatasync'ed 4 KiB appends/s"
+    )
+    msgs = make_messages(args.messages, args.size)
+    results["append"] = []
+    for mode, index in ((ASYNC_FLUSH, False), (ASYNC_FLUSH, True), (SYNC_FLUSH, False), (SYNC_FLUSH, True)):
+        config = dataclasses.replace(base, flushDiskType=mode, messageIndexEnable=index)
+        r = await append_run(reactor, config, msgs, args.window)
+        results["append"].append(
+            {
+                **dataclasses.asdict(r),
+                "msgs_per_s": round(r.msgs_per_s),
+                "mb_per_s": round(r.mb_per_s, 1),
+                "durable_mb_per_s": round(r.durable_mb_per_s, 1),
+            }
+        )
+        print(
+            f"{mode:11s} index={'on ' if index else 'off'} {r.msgs_per_s:9.0f} msgs/s {r.mb_per_s:7.1f} MB/s "
+            f"acknowledged, {r.durable_mb_per_s:7.1f} MB/s durable "
+            f"({r.mb_per_s / results['disk_dd_mb_per_s']:.0%} of the disk)"
+        )
+
+
 async def _main(reactor: Any, args: argparse.Namespace) -> None:
     root = args.dir or tempfile.mkdtemp(prefix="store-bench-")
     os.makedirs(root, exist_ok=True)
     results: dict[str, Any] = {"dir": root}
     try:
-        results["disk_dd_mb_per_s"] = round(disk_sequential_write(root), 1)
-        results["disk_fdatasync_4k_per_s"] = round(disk_sync_appends(root), 1)
-        print(
-            f"disk: {results['disk_dd_mb_per_s']} MB/s sequential (1 MiB writes + fdatasync), "
-            f"{results['disk_fdatasync_4k_per_s']} fdatasync'ed 4 KiB appends/s"
-        )
-        msgs = make_messages(args.messages, args.size)
-        base = StoreConfig(
-            storePathRootDir=os.path.join(root, "append"), mappedFileSizeCommitLog=args.segment_mib * MiB
-        )
-        results["append"] = []
-        for mode, index in ((ASYNC_FLUSH, False), (ASYNC_FLUSH, True), (SYNC_FLUSH, False), (SYNC_FLUSH, True)):
-            config = dataclasses.replace(base, flushDiskType=mode, messageIndexEnable=index)
-            r = await append_run(reactor, config, msgs, args.window)
-            results["append"].append(
-                {
-                    **dataclasses.asdict(r),
-                    "msgs_per_s": round(r.msgs_per_s),
-                    "mb_per_s": round(r.mb_per_s, 1),
-                    "durable_mb_per_s": round(r.durable_mb_per_s, 1),
-                }
-            )
-            print(
-                f"{mode:11s} index={'on ' if index else 'off'} {r.msgs_per_s:9.0f} msgs/s {r.mb_per_s:7.1f} MB/s "
-                f"acknowledged, {r.durable_mb_per_s:7.1f} MB/s durable "
-                f"({r.mb_per_s / results['disk_dd_mb_per_s']:.0%} of the disk)"
-            )
+        if not args.recovery_only:
+            await appends(reactor, args, root, results)
         if args.recovery_gib:
-            config = dataclasses.replace(base, storePathRootDir=os.path.join(root, "recovery"))
+            config = StoreConfig(
+                storePathRootDir=os.path.join(root, "recovery"), mappedFileSizeCommitLog=args.segment_mib * MiB
+            )
             start = time.perf_counter()
             n = write_commit_log(config, int(args.recovery_gib * GiB), args.size)
             print(f"wrote {n} messages ({args.recovery_gib} GiB) in {time.perf_counter() - start:.0f} s")
-            results["recovery"] = {"messages": n, **recovery_run(config, n)}
-            for case, r in results["recovery"].items():
-                if isinstance(r, dict):
-                    print(
-                        f"recovery {case:13s} {r['seconds']:7.2f} s for {r['scanned_gib']} GiB scanned "
-                        f"({r['seconds_per_gib']} s/GiB)"
-                    )
+            recovery = results["recovery"] = {"messages": n, **recovery_run(config, n)}
+            disk = recovery["disk_read_gib_per_s"]
+            print(f"disk: {disk} GiB/s sequential read of the {recovery['commitlog_gib']} GiB commitlog (cold cache)")
+            for case in RECOVERY_CASES:
+                r = recovery[case]
+                print(
+                    f"recovery {case:22s} {r['seconds']:7.2f} s for {r['scanned_gib']} GiB scanned: "
+                    f"{r['gib_per_s']:.3f} GiB/s, {r['share_of_disk_read']:.1%} of the disk's read"
+                )
         if args.save:
             with open(args.save, "w") as f:
                 json.dump(results, f, indent=2)
@@ -298,6 +366,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--window", type=int, default=256, help="sends in flight (SYNC_FLUSH group commit)")
     p.add_argument("--segment-mib", type=int, default=1024, help="mappedFileSizeCommitLog in MiB")
     p.add_argument("--recovery-gib", type=float, default=0, help="also time recovery of a commitlog this big")
+    p.add_argument("--recovery-only", action="store_true", help="skip the disk's write rates and the append runs")
     p.add_argument("--save", help="write the figures as JSON")
     return p.parse_args(argv)
 

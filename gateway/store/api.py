@@ -143,6 +143,9 @@ class RecoveryReport:
     cq_units_truncated: int = 0  # consume-queue units that pointed past the commitlog's end
     index_records_rebuilt: int = 0  # records (re-)dispatched to the index files
     index_entries_truncated: int = 0  # index entries that pointed past the commitlog's end
+    skipped: list[tuple[int, int]] = field(default_factory=list)  # damaged commitlog [start, end) ranges passed over
+    cq_units_blanked: int = 0  # consume-queue units that pointed into a skipped range, now blank
+    queues_rebuilt: list[str] = field(default_factory=list)  # damaged consume queues rebuilt: "topic-queueId"
     files_dropped: list[str] = field(default_factory=list)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import struct
@@ -52,6 +53,8 @@ _ZEROS = memoryview(bytes(_WARM_AHEAD))
 # totalSize, magic, bodyCRC, queueId, flag, queueOffset, physicalOffset, sysFlag, bornTimestamp
 _PREFIX = struct.Struct(">iiiiiqqiq")
 _SYSFLAG_POS = 36
+_MAGIC_POS = 4
+_MESSAGE_MAGIC = _I.pack(MESSAGE_MAGIC_CODE)
 _BORN_HOST_POS = _PREFIX.size
 
 # (topic, queue_id, commit_log_offset, msg_size, tags_code, consume_queue_offset, store_timestamp, sys_flag,
@@ -403,6 +406,21 @@ class CommitLog:
             return None
         return f.view[pos : pos + size]
 
+    def get_record(self, offset: int) -> memoryview | None:
+        """A zero-copy slice of the record starting at ``offset`` if a whole, consistent one does (its fields, its
+        own offset and its body CRC checked); None otherwise."""
+        end = self.queue.wrote_where
+        f = self.queue.find_mapped_file_by_offset(offset) if 0 <= offset < end else None
+        if f is None:
+            return None
+        view = f.view[: min(f.file_size, end - f.file_from_offset)]
+        pos = offset - f.file_from_offset
+        try:
+            req = check_message_and_return_size(view, pos, f.file_from_offset, True)
+        except CorruptRecordError:
+            return None
+        return None if req is None else view[pos : pos + req.msg_size]
+
     def pickup_store_timestamp(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset``, or -1."""
         view = self.get_message(offset, size)
@@ -455,9 +473,12 @@ class CommitLog:
 
     def recover(
         self, start: int, on_record: Callable[[DispatchRequest], None], abnormal: bool
-    ) -> tuple[int, int, list[str]]:
+    ) -> tuple[int, int, list[str], list[tuple[int, int]]]:
         """Validate records from segment start ``start``, calling ``on_record`` for each, and cut the tail
-        after the last valid one.  Returns (valid records, non-zero bytes cut, deleted files)."""
+        after the last valid one.  A damaged stretch followed by a valid record is skipped, not cut.
+
+        Returns (valid records, non-zero bytes cut, deleted files, skipped [start, end) offset ranges).
+        """
         check_crc = self.config.checkCRCOnRecover
         files = self.queue.files
         index = next(i for i, f in enumerate(files) if f.file_from_offset == start)
@@ -465,12 +486,25 @@ class CommitLog:
         pos = 0
         records = 0
         last_timestamp = 0
+        skipped: list[tuple[int, int]] = []
         while True:
             try:
                 req = check_message_and_return_size(f.view, pos, f.file_from_offset, check_crc)
             except CorruptRecordError as e:
-                log.info("commitlog recovery stops at %d: %s", f.file_from_offset + pos, e)
-                break
+                damaged = f.file_from_offset + pos
+                found = self.next_valid_record(damaged + 1)
+                if found is None:
+                    log.info("commitlog recovery stops at %d: %s", damaged, e)
+                    break
+                log.warning(
+                    "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) from %s; the records after them are kept",
+                    *(damaged, found, found - damaged, e, f.path),
+                )
+                skipped.append((damaged, found))
+                f = self.queue.find_mapped_file_by_offset(found)
+                assert f is not None
+                index, pos = files.index(f), found - f.file_from_offset
+                continue
             if req is None:  # end-of-segment blank
                 if index + 1 == len(files):
                     pos = f.file_size  # keep the blank; the next append opens a new segment
@@ -486,7 +520,41 @@ class CommitLog:
         end = f.file_from_offset + pos
         cut, dropped = self.queue.truncate_dirty_files(end, always_zero=abnormal)
         self.tail = (end, last_timestamp)
-        return records, cut, dropped
+        return records, cut, dropped, skipped
+
+    def next_valid_record(self, offset: int, end: int | None = None) -> int | None:
+        """Offset of the first valid record, its body CRC checked, at or after ``offset`` (in its segment or a
+        later contiguous one) and ending by ``end``; None when there is none: a torn tail, or a record still arriving.
+
+        Candidates are where the magic code appears before ``end``, or without ``end`` among the bytes before a
+        segment's first 1 MiB of zeros (``last_nonzero``: the end of the data costs one short read); each must also
+        hold its own offset.
+        """
+        q = self.queue
+        first = q.find_mapped_file_by_offset(offset)
+        if first is None:
+            return None
+        files = q.files
+        index = files.index(first)
+        pos = offset - first.file_from_offset
+        for i in range(index, len(files)):
+            f = files[i]
+            if i > index:
+                if f.file_from_offset != files[i - 1].end_offset:
+                    return None  # a missing segment: what follows cannot be placed
+                pos = 0
+            limit = f.last_nonzero(pos) if end is None else min(end - f.file_from_offset, f.file_size)
+            mm = f.mm
+            at = pos + _MAGIC_POS
+            while (at := mm.find(_MESSAGE_MAGIC, at, max(limit, at))) >= 0:
+                with contextlib.suppress(CorruptRecordError):
+                    req = check_message_and_return_size(f.view, at - _MAGIC_POS, f.file_from_offset, True)
+                    if req is not None and (end is None or req.commit_log_offset + req.msg_size <= end):
+                        return req.commit_log_offset
+                at += 1
+            if end is not None and f.end_offset >= end:
+                return None
+        return None
 
     def close(self) -> None:
         """Unmap every segment."""

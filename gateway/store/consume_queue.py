@@ -237,6 +237,29 @@ class ConsumeQueue:
             self.min_logic_offset = end
         return dropped_units, dropped
 
+    def blank_units_in(self, start: int, end: int) -> int:
+        """Overwrite with blank units (which pulls pass over) the units pointing into commitlog [start, end), a
+        stretch recovery skipped as damaged; returns how many.  Walks back from the newest unit to the first
+        pointing below ``start``."""
+        q = self.queue
+        blanked = 0
+        at = q.wrote_where - CQ_STORE_UNIT_SIZE
+        while at >= self.min_logic_offset:
+            f = q.find_mapped_file_by_offset(at)
+            if f is None:
+                break
+            offset, size, _ = _UNIT.unpack_from(f.mm, at - f.file_from_offset)
+            if size != BLANK_UNIT_SIZE:
+                if offset < start:
+                    break
+                if offset < end:
+                    pos = at - f.file_from_offset
+                    f.mm[pos : pos + CQ_STORE_UNIT_SIZE] = _BLANK_UNIT
+                    q.flushed_where = min(q.flushed_where, at)  # the next flush syncs the change
+                    blanked += 1
+            at -= CQ_STORE_UNIT_SIZE
+        return blanked
+
     def flush(self, least_pages: int = 0) -> int:
         """fsync written units (see MappedFileQueue.flush); returns the flushed byte offset."""
         return self.queue.flush(None, least_pages)

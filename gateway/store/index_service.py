@@ -18,7 +18,7 @@ from gateway.remoting.message import MessageConst, MessageSysFlag, property_valu
 
 from .config import StoreConfig
 from .index_file import IndexFile, index_key_hash
-from .mapped_file import MappedFilePool
+from .mapped_file import MappedFilePool, StoreLoadError
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +63,26 @@ class IndexService:
             names = sorted(os.listdir(self.store_path))
         except FileNotFoundError:
             names = []
+        damaged = False
         for name in names:
             path = os.path.join(self.store_path, name)
             if len(name) != _NAME_DIGITS or not name.isdigit():
                 log.warning("ignoring %s: not an index file name", path)
                 continue
-            if os.path.getsize(path) == 0:
-                log.warning("removing empty index file %s", path)
+            if damaged or os.path.getsize(path) == 0:
+                # Entries continue from one file to the next: after a damaged file the later ones go too.
+                log.warning("removing %s index file %s", "later" if damaged else "empty", path)
                 os.unlink(path)
                 dropped.append(path)
                 continue
-            self.files.append(IndexFile.open(path, self.hash_slot_num, self.index_num, self.pool, self._lock))
+            try:
+                self.files.append(IndexFile.open(path, self.hash_slot_num, self.index_num, self.pool, self._lock))
+            except StoreLoadError as e:
+                # Derived from the commitlog: recovery indexes again from where the kept files stop.
+                log.warning("index file is damaged (%s): removing it and rebuilding from the commitlog", e)
+                os.unlink(path)
+                dropped.append(path)
+                damaged = True
         self._update_last_indexed()
         return dropped
 

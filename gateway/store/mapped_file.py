@@ -20,6 +20,8 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gateway.config import ConfigError
+
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
@@ -29,8 +31,9 @@ _ZERO_RUN = 1024 * 1024
 _SCAN_CHUNK = 64 * 1024
 
 
-class StoreLoadError(RuntimeError):
-    """The files on disk do not match the configuration (Java refuses to start in that case)."""
+class StoreLoadError(ConfigError):
+    """The store cannot start on its files: they do not match the configuration (Java refuses to start in that
+    case), or the process may not use them.  A ConfigError, so the broker prints it as one line."""
 
 
 def offset2file_name(offset: int) -> str:
@@ -382,6 +385,21 @@ class MappedFileQueue:
             # Until recovery says otherwise, everything mapped counts as written (Java does the same).
             self.wrote_where = self.flushed_where = self.files[-1].end_offset
         return dropped
+
+    def remove_files(self) -> list[str]:
+        """Delete every segment-named file of the directory, listed or not (a derived queue about to be rebuilt);
+        returns their paths."""
+        self.close()
+        self.wrote_where = self.flushed_where = 0
+        self._epoch += 1
+        removed = []
+        with contextlib.suppress(FileNotFoundError):
+            for name in sorted(os.listdir(self.store_path)):
+                if len(name) == _NAME_DIGITS and name.isdigit():
+                    path = os.path.join(self.store_path, name)
+                    os.unlink(path)
+                    removed.append(path)
+        return removed
 
     @property
     def min_offset(self) -> int:

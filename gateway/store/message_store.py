@@ -8,6 +8,7 @@ before ``put_message`` returns, so it is pullable and can be looked up at once.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -17,7 +18,6 @@ import struct
 from collections.abc import Iterable
 
 from gateway.remoting.message import (
-    MESSAGE_MAGIC_CODE,
     NAME_VALUE_SEPARATOR,
     MessageConst,
     property_value,
@@ -58,9 +58,6 @@ _TAGS_SEP = MessageConst.TAGS + NAME_VALUE_SEPARATOR
 _DELAY_SEP = MessageConst.DELAY_TIME_LEVEL + NAME_VALUE_SEPARATOR
 
 _UNIT = struct.Struct(">qiq")
-_II = struct.Struct(">ii")
-_PHYSICAL_OFFSET = struct.Struct(">q")
-_PHYSICAL_OFFSET_POS = 28
 # Descriptors wanted beside the mapped files (connections, config files).
 _SPARE_DESCRIPTORS = 256
 
@@ -101,9 +98,12 @@ class DefaultMessageStore:
         if self.running:
             raise RuntimeError("store already started")
         root = self.config.storePathRootDir
-        os.makedirs(root, exist_ok=True)
+        try:
+            os.makedirs(root, exist_ok=True)
+            fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _access_error(e) from None
         self._fit_open_files_limit()
-        fd = os.open(self._path("lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -112,20 +112,22 @@ class DefaultMessageStore:
         self._lock_fd = fd
         try:
             report = self._load_and_recover(os.path.exists(self._path("abort")))
-        except BaseException:
+            abort = os.open(self._path("abort"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(abort, str(os.getpid()).encode())
+                os.fsync(abort)
+            finally:
+                os.close(abort)
+            dir_fd = os.open(root, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except BaseException as e:
             self._close_files()
+            if isinstance(e, OSError):
+                raise _access_error(e) from None
             raise
-        abort = os.open(self._path("abort"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(abort, str(os.getpid()).encode())
-            os.fsync(abort)
-        finally:
-            os.close(abort)
-        dir_fd = os.open(root, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
         self._reput_from = self.commit_log.max_offset
         self.running = True
         log.info("store %s started: %s", root, report)
@@ -160,7 +162,9 @@ class DefaultMessageStore:
         report = RecoveryReport(abnormal=abnormal)
         self.consume_queue_table.clear()
         report.files_dropped += self.commit_log.load()
-        report.files_dropped += self._load_consume_queues()
+        dropped, rebuilt = self._load_consume_queues()
+        report.files_dropped += dropped
+        report.queues_rebuilt = [f"{topic}-{queue_id}" for topic, queue_id in sorted(rebuilt)]
         report.files_dropped += self.index_service.load()
         self.checkpoint = StoreCheckpoint(self._path("checkpoint"))
         # Consume queues first: their written end and the commitlog offset they reach.
@@ -190,13 +194,19 @@ class DefaultMessageStore:
         index = self.index_service
         index_enabled = self.config.messageIndexEnable
         index_from = max(index.last_indexed_offset + 1, cl.min_offset) if index_enabled else reput_from
-        start = min(start, cl.segment_start(reput_from), cl.segment_start(index_from))
+        # A rebuilt queue takes every record of its own still in the commitlog.
+        rebuilt_from = cl.min_offset if rebuilt else reput_from
+        start = min(start, cl.segment_start(reput_from), cl.segment_start(index_from), cl.segment_start(rebuilt_from))
         report.scan_from = start
         redispatch_from = start if abnormal else reput_from
 
         def on_record(req: DispatchRequest) -> None:
             offset = req.commit_log_offset
-            if offset >= redispatch_from and is_dispatched(req.sys_flag) and self._redispatch(req):
+            if (
+                (offset >= redispatch_from or (rebuilt and (req.topic, req.queue_id) in rebuilt))
+                and is_dispatched(req.sys_flag)
+                and self._redispatch(req)
+            ):
                 report.records_redispatched += 1
             if (
                 index_enabled
@@ -205,9 +215,12 @@ class DefaultMessageStore:
             ):
                 report.index_records_rebuilt += 1
 
-        report.records_kept, report.bytes_truncated, dropped = cl.recover(start, on_record, abnormal)
+        report.records_kept, report.bytes_truncated, dropped, report.skipped = cl.recover(start, on_record, abnormal)
         report.files_dropped += dropped
         report.max_phy_offset = end = cl.max_offset
+        for skip_start, skip_end in report.skipped:
+            for cq in self.consume_queue_table.values():
+                report.cq_units_blanked += cq.blank_units_in(skip_start, skip_end)
         for cq in self.consume_queue_table.values():
             if cq.max_physic_offset > end:
                 units, dropped = cq.truncate_dirty_logic_files(end)
@@ -221,13 +234,15 @@ class DefaultMessageStore:
         self._rebuild_topic_queue_table()
         return report
 
-    def _load_consume_queues(self) -> list[str]:
+    def _load_consume_queues(self) -> tuple[list[str], set[tuple[str, int]]]:
+        """Open the consume queues on disk; returns (files removed, queues emptied to be rebuilt as damaged)."""
         dropped: list[str] = []
+        rebuilt: set[tuple[str, int]] = set()
         root = self.config.consume_queue_root
         try:
             topics = sorted(os.listdir(root))
         except FileNotFoundError:
-            return dropped
+            return dropped, rebuilt
         for topic in topics:
             try:
                 topic_dir = store_child(root, topic)
@@ -242,9 +257,17 @@ class DefaultMessageStore:
                 except ValueError:
                     continue
                 cq = ConsumeQueue(topic, queue_id, root, self.config.consume_queue_file_size, self.mapped_file_pool)
-                dropped += cq.load()
+                try:
+                    dropped += cq.load()
+                except StoreLoadError as e:
+                    # Derived from the commitlog: rebuilt from it by recovery rather than refusing to start.
+                    log.warning(
+                        "consume queue %s-%d is damaged (%s): rebuilding it from the commitlog", topic, queue_id, e
+                    )
+                    dropped += cq.queue.remove_files()
+                    rebuilt.add((topic, queue_id))
                 self.consume_queue_table[(topic, queue_id)] = cq
-        return dropped
+        return dropped, rebuilt
 
     def _rebuild_topic_queue_table(self) -> None:
         min_phy = self.commit_log.min_offset
@@ -360,8 +383,18 @@ class DefaultMessageStore:
             while pos < len(view):
                 try:
                     req = check_message_and_return_size(view, pos, base, False)
-                except CorruptRecordError:
-                    return  # the rest of this record comes with the next transfer
+                except CorruptRecordError as e:
+                    # Usually the rest of this record comes with the next transfer; but with a whole record after
+                    # it, it is a damaged one the master's recovery skipped: skip it too.
+                    found = cl.next_valid_record(base + pos + 1, end)
+                    if found is None:
+                        return
+                    log.warning(
+                        "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) replicated into %s",
+                        *(base + pos, found, found - base - pos, e, f.path),
+                    )
+                    self._reput_from = found
+                    break
                 if req is None:  # end-of-segment blank
                     self._reput_from = f.end_offset
                     break
@@ -599,17 +632,10 @@ class DefaultMessageStore:
         return self.commit_log.max_offset - unit[0] > self._memory_budget()
 
     def look_message_by_offset(self, phy_offset: int) -> bytes | None:
-        """The whole record starting at commitlog ``phy_offset`` (a copy), or None if no record starts there."""
-        head = self.commit_log.get_message(phy_offset, _II.size)
-        if head is None:
-            return None
-        size, magic = _II.unpack_from(head)
-        if magic != MESSAGE_MAGIC_CODE or size < _PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET.size:
-            return None
-        record = self.commit_log.get_message(phy_offset, size)
-        if record is None or _PHYSICAL_OFFSET.unpack_from(record, _PHYSICAL_OFFSET_POS)[0] != phy_offset:
-            return None
-        return bytes(record)
+        """The whole record starting at commitlog ``phy_offset`` (a copy), or None if no valid record starts there
+        (``CommitLog.get_record``: never a damaged one an index entry still points at)."""
+        record = self.commit_log.get_record(phy_offset)
+        return None if record is None else bytes(record)
 
     def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
         """Records indexed under ``topic#key`` stored within [begin, end] (``queryMessage``), oldest first.
@@ -747,3 +773,19 @@ class DefaultMessageStore:
         if index_timestamp:
             checkpoint.index_msg_timestamp = index_timestamp
         checkpoint.flush()
+
+
+def _access_error(e: OSError) -> StoreLoadError:
+    """One line for a store path the process cannot use: which path, and what the store needs of it."""
+    path = e.filename
+    if path is None:
+        return StoreLoadError(f"store: {e.strerror or e}")
+    if e.errno in (errno.EEXIST, errno.ENOTDIR):
+        return StoreLoadError(f"{path}: {e.strerror}: the store needs a directory there")
+    if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StoreLoadError(f"{path}: {e.strerror}: the store cannot use this path")
+    if not os.path.lexists(path):  # it could not be created: its directory is what refuses
+        path = os.path.dirname(path) or "."
+    need = "read, write and create files in this directory" if os.path.isdir(path) else "read and write this file"
+    hint = " (immutable? see lsattr)" if e.errno == errno.EPERM else ""  # what refuses root
+    return StoreLoadError(f"{path}: {e.strerror}{hint}: the store needs to {need}")

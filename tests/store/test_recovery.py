@@ -100,6 +100,14 @@ def test_store_is_locked_while_running(open_store: Opener, config: StoreConfig) 
     open_store()  # the lock went with the shutdown
 
 
+@pytest.mark.parametrize("where", ["store", "store/sub"])
+def test_a_file_where_the_store_directory_goes_is_named(tmp_path: Path, where: str) -> None:
+    (tmp_path / "store").write_bytes(b"")
+    root = tmp_path / where
+    with pytest.raises(StoreLoadError, match=f"^{root}: .*: the store needs a directory there$"):
+        DefaultMessageStore(StoreConfig(storePathRootDir=str(root))).start()
+
+
 def test_crash_keeps_everything_written(config: StoreConfig) -> None:
     store = DefaultMessageStore(config)
     store.start()
@@ -232,10 +240,11 @@ def test_crc_mismatch(config: StoreConfig, check_crc: bool) -> None:
         store.shutdown()
 
 
-def test_torn_record_in_an_older_segment_drops_the_later_ones(config: StoreConfig) -> None:
+def test_torn_record_in_an_older_segment_loses_only_itself(config: StoreConfig) -> None:
     store = DefaultMessageStore(config)
     store.start()
-    results = [store.put_message(make_msg(body=os.urandom(200))) for _ in range(60)]
+    bodies = [os.urandom(200) for _ in range(60)]
+    results = [store.put_message(make_msg(body=body)) for body in bodies]
     first_in_second = next(r.append for r in results if r.append and r.append.wrote_offset >= CL_SIZE)
     assert first_in_second.wrote_offset == CL_SIZE
     crash(store)
@@ -244,14 +253,14 @@ def test_torn_record_in_an_older_segment_drops_the_later_ones(config: StoreConfi
     store = DefaultMessageStore(config)
     report = store.start()
     try:
-        assert report.max_phy_offset == CL_SIZE
-        later = sorted(str(segment(config, o)) for o in range(CL_SIZE, results[-1].append.wrote_offset + 1, CL_SIZE))
-        assert sorted(p for p in report.files_dropped if "commitlog" in p) == later
-        assert store.get_max_offset_in_queue("TopicTest", 0) == first_in_second.logics_offset
-        assert report.cq_units_truncated == 60 - first_in_second.logics_offset
-        assert sorted(os.listdir(config.commit_log_path)) == [f"{0:020d}"]
+        lost = first_in_second.logics_offset
+        assert report.skipped == [(CL_SIZE, CL_SIZE + first_in_second.wrote_bytes)]
+        assert (report.records_kept, report.bytes_truncated, report.cq_units_blanked) == (59, 0, 1)
+        assert report.max_phy_offset == results[-1].append.wrote_offset + results[-1].append.wrote_bytes
+        assert read_all(store) == bodies[:lost] + bodies[lost + 1 :]
+        assert store.get_message_store_timestamp("TopicTest", 0, lost) == -1
         r = store.put_message(make_msg())
-        assert r.append is not None and r.append.wrote_offset == CL_SIZE  # after the kept blank
+        assert r.append is not None and r.append.logics_offset == 60
     finally:
         store.shutdown()
 
