@@ -167,9 +167,10 @@ class SetAside:
         """One warning naming the file and every entry set aside, if any."""
         if self.reasons:
             log.warn(
-                "{path}: {count} entries left out (kept in the file, never used): {entries}",
+                "{path}: left out {count} {what} (kept in the file, never used): {entries}",
                 path=str(path),
                 count=len(self.reasons),
+                what="entry" if len(self.reasons) == 1 else "entries",
                 entries="; ".join(f"{_shown_key(k)}: {why}" for k, why in self.reasons.items()),
             )
 

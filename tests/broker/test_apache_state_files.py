@@ -60,15 +60,23 @@ def test_a_store_apache_wrote_starts_serves_and_keeps_the_refused_entries(tmp_pa
     try:
         # One warning per file, naming it and every entry left out.
         for (name, _key), names in REFUSED.items():
-            warnings = [line for line in servers.output if f"{name}: {len(names)} entries left out" in line]
+            warnings = [line for line in servers.output if f"{name}: left out {len(names)} " in line]
             assert len(warnings) == 1, (name, servers.output)
         assert '"com.example.orders-consumer": The specified group: com.example.orders-consumer, contains' in (
             "".join(servers.output)
         )
         assert any(
-            "kvConfig.json: 1 entries left out" in line and '"ORDER_TOPIC_CONFIG/orders.eu"' in line
+            "kvConfig.json: left out 1 entry " in line and '"ORDER_TOPIC_CONFIG/orders.eu"' in line
             for line in servers.output
         )
+
+        # The refused ones are not: no peer is shown them, no queue is made for them.
+        groups = _admin(servers.broker_addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})
+        live_groups = set(fastjson.loads(groups.body)["subscriptionGroupTable"])
+        assert LEGAL_GROUP in live_groups and not live_groups & {"", DOTS, LONG}
+        topics = _admin(servers.broker_addr, RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        live_topics = set(fastjson.loads(topics.body)["topicConfigTable"])
+        assert "%RETRY%" + LONG in live_topics and "%RETRY%" + DOTS not in live_topics
 
         # The legal entries are live: the group's committed offsets, the topic's queues, an order config.
         with blocking.PullConsumer(LEGAL_GROUP, servers.namesrv_addr) as consumer:
@@ -102,6 +110,7 @@ def test_a_store_apache_wrote_starts_serves_and_keeps_the_refused_entries(tmp_pa
     finally:
         assert servers.stop() == 0, "".join(servers.output)
 
+    assert not list((tmp_path / "store").glob(f"*/%RETRY%{DOTS}"))
     for (name, key), names in REFUSED.items():
         written, original = _table(config_dir / name, key), _table(CONFIG / name, key)
         assert {n: written.get(n) for n in names} == {n: original[n] for n in names}, name
