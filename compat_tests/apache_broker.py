@@ -1,4 +1,4 @@
-"""Apache RocketMQ's own broker as a child process, for the HA interop tests.
+"""Apache RocketMQ's own NameServer and broker as child processes, for the interop tests.
 
 Nothing of Apache's is in this repository: ``ROCKETMQ_BROKER_CLASSPATH`` names the jars of a 4.9.8 broker
 built outside it (its distribution's ``lib/*``). Without it the tests that need one skip.
@@ -7,10 +7,15 @@ built outside it (its distribution's ``lib/*``). Without it the tests that need 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from .servers import jdk_tool
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
+from tests.ha.procs import Proc, until, write_properties
+
+from .servers import call, free_broker_port, free_port, jdk_tool
 
 CLASSPATH_ENV = "ROCKETMQ_BROKER_CLASSPATH"
 CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
@@ -60,3 +65,54 @@ def apache_broker_argv(conf: Path, home: Path) -> list[str]:
     (home / "conf").mkdir(parents=True, exist_ok=True)
     (home / "conf" / "logback_broker.xml").write_text(LOGBACK)
     return apache_java_argv(BROKER_STARTUP, conf)
+
+
+@contextmanager
+def apache_cluster(
+    root: Path, settings: dict[str, str] | None = None, namesrv_settings: dict[str, str] | None = None
+) -> Iterator[tuple[str, str]]:
+    """Apache's NameServer and broker ``broker-a`` of DefaultCluster on free ports, the store in ``root/store``,
+    ``settings`` over the broker's and ``namesrv_settings`` over the NameServer's; the NameServer and broker
+    addresses once the broker registered. Leaving stops both (SIGTERM: the broker writes its config files as
+    it shuts down)."""
+    home = root / "home"
+    (home / "conf").mkdir(parents=True, exist_ok=True)
+    (home / "conf" / "logback_namesrv.xml").write_text(LOGBACK)
+    namesrv_port, broker_port = free_port(), free_broker_port()
+    namesrv_conf = write_properties(
+        root / "namesrv.properties", {"listenPort": str(namesrv_port), **(namesrv_settings or {})}
+    )
+    namesrv = Proc(
+        "",
+        namesrv_conf,
+        root,
+        apache_java_argv(NAMESRV_STARTUP, namesrv_conf, jvm=[f"-Drocketmq.home.dir={home}"]),
+    )
+    broker_conf = write_properties(
+        root / "broker.conf",
+        {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": "broker-a",
+            "listenPort": str(broker_port),
+            "namesrvAddr": f"127.0.0.1:{namesrv_port}",
+            "brokerIP1": "127.0.0.1",
+            "storePathRootDir": str(root / "store"),
+            "storePathCommitLog": str(root / "store" / "commitlog"),
+            "rocketmqHome": str(home),
+            "autoCreateTopicEnable": "true",
+            **(settings or {}),
+        },
+    )
+    broker = Proc("", broker_conf, root, apache_broker_argv(broker_conf, home))
+    namesrv_addr = f"127.0.0.1:{namesrv_port}"
+
+    def registered() -> bool:
+        response = call(namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
+        return b"broker-a" in (response.body or b"")
+
+    try:
+        until(registered, 90, "Apache's broker registered")
+        yield namesrv_addr, f"127.0.0.1:{broker_port}"
+    finally:
+        broker.stop()
+        namesrv.stop()

@@ -16,11 +16,11 @@ from gateway.remoting import fastjson
 from gateway.remoting.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
-from tests.ha.procs import Proc, until, write_properties
+from tests.ha.procs import until
 
 from .apache_broker import CLASSPATH as APACHE_CLASSPATH
-from .apache_broker import LOGBACK, NAMESRV_STARTUP, apache_broker_argv, apache_java_argv
-from .servers import GatewayServers, call, free_broker_port, free_port, jdk_tool
+from .apache_broker import apache_cluster
+from .servers import GatewayServers, call, jdk_tool
 
 MQADMIN_CLASSPATH = os.environ.get("ROCKETMQ_MQADMIN_CLASSPATH", "").strip()
 if not MQADMIN_CLASSPATH:
@@ -118,46 +118,10 @@ def apache(tmp_path: Path) -> Iterator[Cluster]:
     if not APACHE_CLASSPATH:
         pytest.skip("Apache broker not given: set ROCKETMQ_BROKER_CLASSPATH to 4.9.8's lib/* jars")
     root = tmp_path / "apache"
-    home = root / "home"
-    (home / "conf").mkdir(parents=True)
-    (home / "conf" / "logback_namesrv.xml").write_text(LOGBACK)
-    namesrv_port, broker_port = free_port(), free_broker_port()
-    namesrv_conf = write_properties(root / "namesrv.properties", {"listenPort": str(namesrv_port)})
-    namesrv = Proc(
-        "",
-        namesrv_conf,
-        root,
-        apache_java_argv(NAMESRV_STARTUP, namesrv_conf, jvm=[f"-Drocketmq.home.dir={home}"]),
-    )
-    broker_conf = write_properties(
-        root / "broker.conf",
-        {
-            "brokerClusterName": "DefaultCluster",
-            "brokerName": "broker-a",
-            "listenPort": str(broker_port),
-            "namesrvAddr": f"127.0.0.1:{namesrv_port}",
-            "brokerIP1": "127.0.0.1",
-            "storePathRootDir": str(root / "store"),
-            "storePathCommitLog": str(root / "store" / "commitlog"),
-            "rocketmqHome": str(home),
-            "autoCreateTopicEnable": "true",
-        },
-    )
-    broker = Proc("", broker_conf, root, apache_broker_argv(broker_conf, home))
-    namesrv_addr = f"127.0.0.1:{namesrv_port}"
-
-    def registered() -> bool:
-        response = call(namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
-        return b"broker-a" in (response.body or b"")
-
-    try:
-        until(registered, 90, "Apache's broker registered")
-        cluster = Cluster(namesrv_addr, f"127.0.0.1:{broker_port}", root / "mqadmin")
+    with apache_cluster(root) as (namesrv_addr, broker_addr):
+        cluster = Cluster(namesrv_addr, broker_addr, root / "mqadmin")
         cluster.prepare()
         yield cluster
-    finally:
-        broker.stop()
-        namesrv.stop()
 
 
 def test_mqadmin_subcommands_against_our_servers(ours: Cluster) -> None:

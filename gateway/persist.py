@@ -5,6 +5,10 @@ file exists but neither copy is usable, loading raises :class:`StateFileError` (
 refuses to start then too), unless the server was started with ``startWithCorruptStateFiles=true``
 (:func:`corrupt_state_files`): then both copies are kept aside as ``<name>.corrupt-<time>`` and the
 table starts empty.
+
+Entries a file holds under names RocketMQ 4.9.8 wrote but this server refuses (blank, too long, characters
+5.x forbids) do not stop the load: :class:`SetAside` keeps them out of the live table, as read, and puts them
+back into every later write of the file, so the store still opens in Apache.
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import orjson
 from twisted.logger import Logger
 
 from gateway.config import ConfigError, format_properties, load_properties
@@ -125,3 +131,51 @@ def load_with_backup(path: str | Path, parse: Callable[[bytes], T]) -> T | None:
         kept=", ".join(kept),
     )
     return None
+
+
+@dataclass
+class SetAside:
+    """A state file's entries left out of the live table, each with why; kept as read, never used (no request,
+    path or peer sees them), and written back by :meth:`merged` with every later write of the file."""
+
+    entries: dict[Any, Any] = field(default_factory=dict)
+    reasons: dict[Any, str] = field(default_factory=dict)
+
+    @classmethod
+    def split(cls, table: Any, problem: Callable[[Any, Any], str | None]) -> tuple[Any, SetAside]:
+        """``table``'s entries for which ``problem(key, value)`` is None, and the others set aside.
+
+        A ``table`` that is not a JSON object comes back whole, for its parser to report."""
+        aside = cls()
+        if not isinstance(table, dict):
+            return table, aside
+        live = {}
+        for key, value in table.items():
+            reason = problem(key, value)
+            if reason is None:
+                live[key] = value
+            else:
+                aside.entries[key] = value
+                aside.reasons[key] = reason
+        return live, aside
+
+    def merged(self, live: Mapping[Any, Any]) -> dict[Any, Any]:
+        """``live`` with the set-aside entries after it (a live entry wins over one of the same key)."""
+        return {**live, **{k: v for k, v in self.entries.items() if k not in live}}
+
+    def warn(self, path: Path) -> None:
+        """One warning naming the file and every entry set aside, if any."""
+        if self.reasons:
+            log.warn(
+                "{path}: left out {count} {what} (kept in the file, never used): {entries}",
+                path=str(path),
+                count=len(self.reasons),
+                what="entry" if len(self.reasons) == 1 else "entries",
+                entries="; ".join(f"{_shown_key(k)}: {why}" for k, why in self.reasons.items()),
+            )
+
+
+def _shown_key(key: Any) -> str:
+    # One short printable line whatever the key holds: JSON-quoted (escapes control characters), cut at 100.
+    text = "/".join(map(str, key)) if isinstance(key, tuple) else str(key)
+    return orjson.dumps(text if len(text) <= 100 else text[:100] + "...").decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from twisted.internet import defer
@@ -13,7 +13,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
-from gateway.persist import load_with_backup, write_atomically
+from gateway.persist import SetAside, load_with_backup, write_atomically
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
     DataVersion,
@@ -31,14 +31,16 @@ from gateway.remoting.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
-    check_group,
-    check_topic,
+    InvalidNameError,
+    group_problem,
+    topic_problem,
 )
 
 from .coalesce import Coalescer
 from .config import BrokerConfig
 
 log = Logger()
+T = TypeVar("T")
 
 
 def retry_topic(group: str) -> str:
@@ -46,15 +48,40 @@ def retry_topic(group: str) -> str:
 
 
 def parse_offsets(data: bytes) -> dict[str, dict[int, int]]:
-    """consumerOffset.json's table (and GET_ALL_CONSUMER_OFFSET's body), every key a legal ``topic@group``
-    and every offset an int (else it raises, and the loader reports the file)."""
-    table = {}
-    for key, queues in (fastjson.loads(data).get("offsetTable") or {}).items():
-        topic, _, group = str(key).rpartition("@")
-        check_topic(topic)
-        check_group(group)
-        table[f"{topic}@{group}"] = {_whole(q): _whole(o) for q, o in queues.items()}
+    """GET_ALL_CONSUMER_OFFSET's body: every key a legal ``topic@group`` (else it raises) and every offset an int."""
+    table, aside = read_offsets(data)
+    if aside.reasons:
+        raise InvalidNameError(next(iter(aside.reasons.values())))
     return table
+
+
+def read_offsets(data: bytes) -> tuple[dict[str, dict[int, int]], SetAside]:
+    """consumerOffset.json's table, the entries whose ``topic@group`` breaks the name rules set aside; an
+    offset that is not an int raises (and the loader reports the file)."""
+    table, aside = SetAside.split(fastjson.loads(data).get("offsetTable") or {}, _offset_key_problem)
+    return {str(key): {_whole(q): _whole(o) for q, o in queues.items()} for key, queues in table.items()}, aside
+
+
+def _offset_key_problem(key: Any, _queues: Any) -> str | None:
+    topic, _, group = str(key).rpartition("@")
+    return topic_problem(topic) or group_problem(group)
+
+
+def _read_named_table(
+    data: bytes, table_key: str, name_key: str, problem: Callable[[str], str | None], read: Callable[[Any], T]
+) -> tuple[T, SetAside]:
+    """A topics.json-like file read by ``read``, the entries under a name (map key or ``name_key``) that
+    ``problem`` refuses set aside first."""
+
+    def entry_problem(key: Any, value: Any) -> str | None:
+        name = value.get(name_key) if isinstance(value, dict) else None
+        return problem(str(key)) or (problem(name) if isinstance(name, str) and name != key else None)
+
+    obj = fastjson.loads(data)
+    if not isinstance(obj, dict):
+        return read(obj), SetAside()
+    live, aside = SetAside.split(obj.get(table_key), entry_problem)
+    return read({**obj, table_key: live}), aside
 
 
 def _whole(v: Any) -> int:
@@ -124,6 +151,29 @@ class _VersionedTable:
     table: dict[str, Any]
     data_version: DataVersion
     file: ConfigFile
+    path: Path
+    # Entries of the file under names this broker refuses (see gateway.persist.SetAside).
+    set_aside: SetAside
+    # The file's table property.
+    table_key: str
+
+    def _load(self, name_key: str, problem: Callable[[str], str | None], read: Callable[[Any], Any]) -> Any:
+        """The file's wrapper read by ``read`` (None for a fresh start), its refused entries set aside."""
+        loaded = load_with_backup(self.path, lambda b: _read_named_table(b, self.table_key, name_key, problem, read))
+        if loaded is None:
+            return None
+        wrapper, self.set_aside = loaded
+        self.set_aside.warn(self.path)
+        self.data_version = wrapper.data_version
+        return wrapper
+
+    def _render(self) -> bytes:
+        body = self._json()
+        body[self.table_key] = self.set_aside.merged(body[self.table_key])
+        return _pretty(body)
+
+    def _json(self) -> dict[str, Any]:
+        raise NotImplementedError
 
     def _set(self, name: str, value: Any) -> None:
         self.table[name] = value
@@ -165,8 +215,10 @@ class TopicConfigManager(_VersionedTable):
         self.path = config_dir / "topics.json"
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
+        self.set_aside = SetAside()
+        self.table_key = "topicConfigTable"
         self.on_change = on_change
-        self.file = ConfigFile(self.path, lambda: _pretty(self.wrapper().to_json()), clock, threadpool)
+        self.file = ConfigFile(self.path, self._render, clock, threadpool)
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -193,10 +245,12 @@ class TopicConfigManager(_VersionedTable):
         self.table[reply] = TopicConfig(reply, 1, 1)
 
     def load(self) -> None:
-        wrapper = load_with_backup(self.path, lambda b: TopicConfigSerializeWrapper.from_json(fastjson.loads(b)))
+        wrapper = self._load("topicName", topic_problem, TopicConfigSerializeWrapper.from_json)
         if wrapper is not None:
             self.table.update(wrapper.topic_config_table)
-            self.data_version = wrapper.data_version
+
+    def _json(self) -> dict[str, Any]:
+        return self.wrapper().to_json()
 
     def persist(self) -> None:
         """Write topics.json now."""
@@ -265,15 +319,19 @@ class ConsumerOffsetManager:
     def __init__(self, config_dir: Path) -> None:
         self.path = config_dir / "consumerOffset.json"
         self.offset_table: dict[str, dict[int, int]] = {}
+        # Offsets under a topic@group that breaks the name rules (see gateway.persist.SetAside).
+        self.set_aside = SetAside()
         self._dirty = False
 
     def load(self) -> None:
-        table = load_with_backup(self.path, parse_offsets)
-        if table:
+        loaded = load_with_backup(self.path, read_offsets)
+        if loaded is not None:
+            table, self.set_aside = loaded
+            self.set_aside.warn(self.path)
             self.offset_table.update(table)
 
     def persist(self) -> None:
-        write_atomically(self.path, fastjson.dumps({"offsetTable": self.offset_table}))
+        write_atomically(self.path, fastjson.dumps({"offsetTable": self.set_aside.merged(self.offset_table)}))
         self._dirty = False
 
     def merge(self, table: dict[str, dict[int, int]]) -> None:
@@ -334,6 +392,8 @@ class SubscriptionGroupManager(_VersionedTable):
         self.path = config_dir / "subscriptionGroup.json"
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
+        self.set_aside = SetAside()
+        self.table_key = "subscriptionGroupTable"
         self.file = ConfigFile(self.path, self._render, clock, threadpool)
         for group in (
             "TOOLS_CONSUMER",
@@ -348,22 +408,16 @@ class SubscriptionGroupManager(_VersionedTable):
             self.table[group] = SubscriptionGroupConfig(group)
 
     def load(self) -> None:
-        wrapper = load_with_backup(self.path, lambda b: SubscriptionGroupWrapper.from_json(fastjson.loads(b)))
+        wrapper = self._load("groupName", group_problem, SubscriptionGroupWrapper.from_json)
         if wrapper is not None:
             self.table.update(wrapper.subscription_group_table)
-            self.data_version = wrapper.data_version
 
     def persist(self) -> None:
         """Write subscriptionGroup.json now."""
         self.file.write_now()
 
-    def _render(self) -> bytes:
-        return _pretty(
-            {
-                "dataVersion": self.data_version.to_json(),
-                "subscriptionGroupTable": {k: v.to_json() for k, v in self.table.items()},
-            }
-        )
+    def _json(self) -> dict[str, Any]:
+        return SubscriptionGroupWrapper(self.table, self.data_version).to_json()
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` is on."""

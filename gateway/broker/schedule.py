@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
-from gateway.persist import load_with_backup, write_atomically
+from gateway.persist import SetAside, load_with_backup, write_atomically
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
@@ -84,6 +84,8 @@ class ScheduleMessageService:
         self.broker = broker
         self.delay_table = broker.store_config.delay_level_table()  # ms; index level-1
         self.offset_table: dict[int, int] = {}
+        # Offsets of levels outside messageDelayLevel (another configuration's): kept in the file, never used.
+        self.set_aside = SetAside()
         self.path = Path(broker.store_config.storePathRootDir) / "config" / "delayOffset.json"
 
     @property
@@ -97,7 +99,8 @@ class ScheduleMessageService:
 
     def load(self) -> None:
         """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
-        self.offset_table = load_with_backup(self.path, parse_delay_offsets) or {}
+        self.offset_table, self.set_aside = self._split(load_with_backup(self.path, parse_delay_offsets) or {})
+        self.set_aside.warn(self.path)
         store = self.broker.store
         for level, offset in list(self.offset_table.items()):
             qid = level - 1
@@ -107,14 +110,26 @@ class ScheduleMessageService:
 
     def replace_offsets(self, table: dict[int, int]) -> None:
         """Take another broker's delay offsets (a slave following its master) and persist them."""
-        self.offset_table = dict(table)
+        self.offset_table, aside = self._split(table)
+        self.set_aside.entries.update(aside.entries)
         self.persist()
 
+    def _split(self, table: dict[int, int]) -> tuple[dict[int, int], SetAside]:
+        """The offsets of this configuration's levels, and the others set aside."""
+
+        def problem(level: int, _offset: int) -> str | None:
+            if 1 <= level <= self.max_delay_level:
+                return None
+            return f"delay level {level} is not in messageDelayLevel (1..{self.max_delay_level})"
+
+        return SetAside.split(table, problem)
+
     def persist(self) -> None:
-        write_atomically(self.path, self.encode())
+        write_atomically(self.path, _encode(self.set_aside.merged(self.offset_table)))
 
     def encode(self) -> bytes:
-        return fastjson.dumps({"offsetTable": dict(sorted(self.offset_table.items()))})
+        """This configuration's levels and their offsets (GET_ALL_DELAY_OFFSET's body)."""
+        return _encode(self.offset_table)
 
     def get_all_delay_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         return request.response(body=self.encode())
@@ -177,6 +192,10 @@ class ScheduleMessageService:
         if not result.ok:
             log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok
+
+
+def _encode(table: dict[int, int]) -> bytes:
+    return fastjson.dumps({"offsetTable": dict(sorted(table.items()))})
 
 
 def parse_delay_offsets(data: bytes) -> dict[int, int]:

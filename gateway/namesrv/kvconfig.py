@@ -1,7 +1,9 @@
 """KVConfigManager: namespace → key → value settings kept by the name server (mqadmin updateKvConfig).
 
 Persisted after every change as ``{"configTable":{namespace:{key:value}}}`` in ``kvConfigPath``,
-the file a Java name server reads, written atomically with a ``.bak`` of the previous content.
+the file a Java name server reads, written atomically with a ``.bak`` of the previous content. Values that are
+not text (null, objects) and ORDER_TOPIC_CONFIG keys that are not legal topic names are set aside
+(:class:`~gateway.persist.SetAside`): out of the table, kept in the file.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from typing import Any
 
 from twisted.logger import Logger
 
-from gateway.persist import load_with_backup, write_atomically
+from gateway.persist import SetAside, load_with_backup, write_atomically
 from gateway.remoting import fastjson
+from gateway.remoting.names import topic_problem
 
 log = Logger()
 
@@ -26,6 +29,8 @@ class KVConfigManager:
     def __init__(self, kv_config_path: str | Path) -> None:
         self.path = Path(kv_config_path)
         self.config_table: dict[str, dict[str, str]] = {}
+        # (namespace, key) → value as read, for the entries left out of the table.
+        self.set_aside = SetAside()
 
     def load(self) -> None:
         """Read the file (or its ``.bak``) if there is one.
@@ -33,15 +38,20 @@ class KVConfigManager:
         Raises :class:`~gateway.persist.StateFileError` when it exists but neither copy can be read, unless
         within ``corrupt_state_files(start_empty=True)`` (``startWithCorruptStateFiles``).
         """
-        table = load_with_backup(self.path, _parse)
-        if table is not None:
+        loaded = load_with_backup(self.path, _parse)
+        if loaded is not None:
+            table, self.set_aside = loaded
+            self.set_aside.warn(self.path)
             self.config_table.update(table)
             log.info("load KV config table OK from {path}", path=str(self.path))
 
     def persist(self) -> None:
         """Write the whole table."""
         # Small file, rare admin writes: writing synchronously keeps them in order, as Java does.
-        write_atomically(self.path, fastjson.dumps({"configTable": self.config_table}))
+        table = {namespace: dict(kv) for namespace, kv in self.config_table.items()}
+        for (namespace, key), value in self.set_aside.entries.items():
+            table.setdefault(namespace, {}).setdefault(key, value)
+        write_atomically(self.path, fastjson.dumps({"configTable": table}))
 
     def put_kv_config(self, namespace: str, key: str, value: str) -> None:
         """Set one value and persist."""
@@ -66,9 +76,32 @@ class KVConfigManager:
         return dict(table) if table is not None else None
 
 
-def _parse(data: bytes) -> dict[str, dict[str, str]]:
+def _parse(data: bytes) -> tuple[dict[str, dict[str, str]], SetAside]:
     obj: Any = fastjson.loads(data)
     table = obj.get("configTable") if isinstance(obj, dict) else None
     if not isinstance(table, dict):
         raise ValueError("no configTable object")
-    return {str(ns): {str(k): str(v) for k, v in (kv or {}).items()} for ns, kv in table.items()}
+    live: dict[str, dict[str, str]] = {}
+    aside = SetAside()
+    for namespace, kv in table.items():
+        namespace = str(namespace)
+
+        def problem(key: Any, value: Any, namespace: str = namespace) -> str | None:
+            if not isinstance(value, (str, int, float)):
+                return f"the value is {'null' if value is None else 'not text'}"
+            return topic_problem(str(key)) if namespace == NAMESPACE_ORDER_TOPIC_CONFIG else None
+
+        kv_live, kv_aside = SetAside.split(kv or {}, problem)
+        if not isinstance(kv_live, dict):
+            raise ValueError(f"namespace {namespace!r} is not an object")
+        live[namespace] = {str(k): _text(v) for k, v in kv_live.items()}
+        aside.entries.update({(namespace, k): v for k, v in kv_aside.entries.items()})
+        aside.reasons.update({(namespace, k): why for k, why in kv_aside.reasons.items()})
+    return live, aside
+
+
+def _text(value: str | int | float) -> str:
+    # What fastjson reads into a Java String: a number's or boolean's text.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

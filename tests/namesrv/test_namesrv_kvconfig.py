@@ -48,3 +48,20 @@ def test_missing_file_is_an_empty_table(tmp_path):
     kv = KVConfigManager(tmp_path / "absent.json")
     kv.load()
     assert kv.config_table == {}
+
+
+def test_values_read_as_java_reads_them_and_non_text_ones_kept_in_the_file(tmp_path):
+    path = tmp_path / "kvConfig.json"
+    path.write_text(
+        '{"configTable":{"ns":{"flag":true,"n":5,"gone":null,"obj":{"a":1}},"ORDER_TOPIC_CONFIG":{"a.b":"x"}}}'
+    )
+    kv = KVConfigManager(path)
+    kv.load()
+    # fastjson reads a number or boolean into a String as its text; a null or object is no value here.
+    assert kv.get_kv_list_by_namespace("ns") == {"flag": "true", "n": "5"}
+    assert kv.get_kv_list_by_namespace("ORDER_TOPIC_CONFIG") == {}  # not a topic name: never routed
+    kv.put_kv_config("ns", "n", "6")
+    assert json.loads(path.read_text())["configTable"] == {
+        "ns": {"flag": "true", "n": "6", "obj": {"a": 1}},  # a null is left out, as fastjson writes maps
+        "ORDER_TOPIC_CONFIG": {"a.b": "x"},
+    }
