@@ -45,9 +45,21 @@ class BrokerRegistration:
         self.registered_ids: set[int] = set()
         # Controller mode: nothing is registered before the controller has said who is master.
         self.on_hold = False
+        # Whether a NameServer has accepted a registration yet, and who waits for that (the ready line).
+        self.accepted = False
+        self._accepted_waiters: list[defer.Deferred[None]] = []
         # Topics changed since the last registration of changes.
         self._changed: set[str] = set()
         self._changes = Coalescer(broker.reactor, self._register_changes, CHANGE_DELAY, "registering topic changes")
+
+    def first_accepted(self) -> defer.Deferred[None]:
+        """Fires once a NameServer has accepted this broker's registration (at once if one has, or if there is
+        no NameServer to register with)."""
+        if self.accepted or not self.broker.config.namesrv_addrs:
+            return defer.succeed(None)
+        d: defer.Deferred[None] = defer.Deferred()
+        self._accepted_waiters.append(d)
+        return d
 
     def topics_changed(self, *topics: str) -> None:
         """Register ``topics`` soon, with the table's data version (Apache's registerIncrementBrokerData,
@@ -126,6 +138,11 @@ class BrokerRegistration:
         if response.code != ResponseCode.SUCCESS:
             log.warn("register broker failed: {code} {remark}", code=response.code, remark=response.remark)
             return
+        if not self.accepted:
+            self.accepted = True
+            waiters, self._accepted_waiters = self._accepted_waiters, []
+            for d in waiters:
+                d.callback(None)
         h = RegisterBrokerResponseHeader.decode(response.ext_fields)
         if h.master_addr:
             self.master_addr = h.master_addr
