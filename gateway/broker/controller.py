@@ -304,26 +304,24 @@ class BrokerController(service.Service):
             self.store.shutdown()
             raise
 
-    def when_ready(self) -> defer.Deferred[Any]:
-        """Fires once a NameServer has accepted this broker, so clients can find it (controller mode: once the
-        controller has given the role, or after registerBrokerTimeoutMills). Until then, once the first
-        registration has failed, a warning says so and names the NameServers tried."""
+    @defer.inlineCallbacks
+    def when_ready(self) -> Any:
+        """Fires once the first registration has been answered (or failed) by every NameServer and one has
+        accepted this broker, so clients can find it; until one has, a warning says so, naming the NameServers
+        tried. Controller mode: once the controller has given the role (or after registerBrokerTimeoutMills)."""
+        yield self._registered
         if self.replicas is not None:
-            return self._registered
-        self._registered.addCallback(lambda _: self._warn_if_not_accepted())
-        return self.registration.first_accepted()
-
-    def _warn_if_not_accepted(self) -> None:
-        if self.registration.accepted or not self.config.namesrv_addrs:
             return
-        log.warn(
-            "The broker[{name}, {addr}] is not ready: no name server has accepted its registration yet "
-            "(tried {namesrv}); retrying every {period} s",
-            name=self.config.brokerName,
-            addr=self.config.broker_addr,
-            namesrv=self.config.namesrvAddr,
-            period=f"{self.config.register_period:g}",
-        )
+        if not self.registration.accepted and self.config.namesrv_addrs:
+            log.warn(
+                "The broker[{name}, {addr}] is not ready: no name server has accepted its registration yet "
+                "(tried {namesrv}); retrying every {period} s",
+                name=self.config.brokerName,
+                addr=self.config.broker_addr,
+                namesrv=self.config.namesrvAddr,
+                period=f"{self.config.register_period:g}",
+            )
+        yield self.registration.first_accepted()
 
     def _listen_vip(self) -> None:
         """The "VIP" channel on listenPort - 2: everything but pulls (clients with vipChannelEnabled)."""

@@ -138,16 +138,17 @@ class BrokerRegistration:
         if response.code != ResponseCode.SUCCESS:
             log.warn("register broker failed: {code} {remark}", code=response.code, remark=response.remark)
             return
-        if not self.accepted:
-            self.accepted = True
-            waiters, self._accepted_waiters = self._accepted_waiters, []
-            for d in waiters:
-                d.callback(None)
         h = RegisterBrokerResponseHeader.decode(response.ext_fields)
         if h.master_addr:
             self.master_addr = h.master_addr
         if h.ha_server_addr:
             self.ha_master_addr = h.ha_server_addr
+        # After the master's address is known: a slave's waiters may sync from it at once.
+        if not self.accepted:
+            self.accepted = True
+            waiters, self._accepted_waiters = self._accepted_waiters, []
+            for d in waiters:
+                d.callback(None)
 
     @staticmethod
     def _failed(failure: Any, addr: str) -> None:
