@@ -1,6 +1,7 @@
 """``python -m gateway``: a NameServer and a Broker in one process, on an embedded store.
 
-Defaults: NameServer on 127.0.0.1:9876, Broker on 127.0.0.1:10911, store under ./store.
+Defaults: NameServer on 127.0.0.1:9876, Broker on 127.0.0.1:10911, store under ./store. A config file's value
+wins over a default, an option given wins over the file.
 """
 
 from __future__ import annotations
@@ -35,21 +36,21 @@ def main(argv: list[str] | None = None) -> None:
         prog="rocketmq-gateway",
         description="NameServer + Broker in one process ('rocketmq-gateway admin --help' for the admin tools)",
     )
-    parser.add_argument("--bind", default="127.0.0.1", help="address both servers listen on (default 127.0.0.1)")
-    parser.add_argument("--namesrv-port", type=int, default=9876)
+    # Options given win over the files; the files win over these defaults.
+    parser.add_argument("--bind", help="address both servers listen on (default 127.0.0.1, or the files' bindAddress)")
+    parser.add_argument("--namesrv-port", type=int, help="NameServer port (default 9876, or the file's listenPort)")
     parser.add_argument("--namesrv-config", help="namesrv.properties with RocketMQ's keys")
     parser.add_argument("--broker-config", help="broker.conf with RocketMQ's keys")
     parser.add_argument("--store", help="storePathRootDir (default ./store, or the broker.conf value)")
     add_log_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        namesrv_cfg = load_namesrv_config(
-            args.namesrv_config, {"listenPort": str(args.namesrv_port), "bindAddress": args.bind}
-        )
-        overrides = {"bindAddress": args.bind}
-        if args.store:
-            overrides["storePathRootDir"] = args.store
-        broker_cfg, store_cfg = load_broker_config(args.broker_config, overrides)
+        defaults = {"bindAddress": "127.0.0.1"}
+        bind = {"bindAddress": args.bind} if args.bind else {}
+        namesrv_port = {"listenPort": str(args.namesrv_port)} if args.namesrv_port is not None else {}
+        namesrv_cfg = load_namesrv_config(args.namesrv_config, bind | namesrv_port, defaults)
+        store = {"storePathRootDir": args.store} if args.store else {}
+        broker_cfg, store_cfg = load_broker_config(args.broker_config, bind | store, defaults)
         namesrv_props, broker_props = system_properties(args.namesrv_config), system_properties(args.broker_config)
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)

@@ -12,6 +12,7 @@ second key in a file we write (the CVE-2023-37582 class).
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
@@ -231,23 +232,171 @@ def convert(value: str, tp: type, key: str, source: str) -> Any:
     return value.strip(_JAVA_TRIM)
 
 
+# -- allowed values
+
+# A rule gives what is wrong with a converted value, or None when it may be used.
+Rule = Callable[[Any], "str | None"]
+
+
+def one_of(*allowed: str, ignore_case: bool = False, note: str = "") -> Rule:
+    """An enumerated key: one of ``allowed`` (as Java's ``Enum.valueOf``: case matters unless ``ignore_case``)."""
+
+    def problem(value: str) -> str | None:
+        if (value.upper() if ignore_case else value) in allowed:
+            return None
+        return f"{value!r} is not one of {', '.join(allowed)}{note}"
+
+    return problem
+
+
+def at_least(low: float, unit: str = "") -> Rule:
+    """A ranged key with no upper bound."""
+    return between(low, None, unit)
+
+
+def between(low: float, high: float | None, unit: str = "") -> Rule:
+    """A ranged key: ``low`` <= value <= ``high`` (no bound when None); ``unit`` names what it counts."""
+    allowed = f"from {low} to {high}" if high is not None else f"at least {low}"
+    suffix = f" {unit}" if unit else ""
+
+    def problem(value: float) -> str | None:
+        if value < low or (high is not None and value > high):
+            return f"{value!r} is not {allowed}{suffix}"
+        return None
+
+    return problem
+
+
+def _hours_of_day(value: str) -> str | None:
+    # UtilAll.isItTimeToDo: Integer.parseInt of each ';'-separated item, compared with the hour of day.
+    items = value.split(";")
+    if all(item.isascii() and item.isdigit() and int(item) <= 23 for item in items):
+        return None
+    return f"{value!r} is not hours of the day from 0 to 23, ';'-separated (e.g. 04 or 04;16)"
+
+
+_DELAY_LEVEL = re.compile(r"[0-9]+[smhd]")
+
+
+def _delay_levels(value: str) -> str | None:
+    # ScheduleMessageService.parseDelayLevel: blank-separated numbers, each with a unit s, m, h or d.
+    if value.split() and all(_DELAY_LEVEL.fullmatch(item) for item in value.split()):
+        return None
+    return f"{value!r} is not blank-separated delays with a unit s, m, h or d (e.g. 1s 5s 10m 2h)"
+
+
+_PORT = between(0, 65535, "(0: any free port)")
+_POSITIVE_MS = at_least(1, "ms")
+_PERCENT = between(0, 100, "percent")
+_FRACTION = between(0.0, 1.0)
+
+# Every enumerated or ranged key of broker.conf, namesrv.properties and controller.properties, whichever config
+# declares it: a value from a file, the command line or a remote update outside these stops with the key, the
+# source and what is allowed. Java ignores such values silently (the setter throws, properties2Object drops it).
+KEY_RULES: dict[str, Rule] = {
+    # enumerated
+    "brokerRole": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+    "flushDiskType": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
+    "metricsExporterType": one_of("DISABLE", "PROM", ignore_case=True, note=" (OTLP_GRPC and LOG are not supported)"),
+    "deleteWhen": _hours_of_day,
+    "messageDelayLevel": _delay_levels,
+    # listeners
+    "listenPort": _PORT,
+    "haListenPort": _PORT,
+    "metricsPromExporterPort": _PORT,
+    # BrokerConfig
+    "brokerId": at_least(0),
+    "brokerPermission": between(0, 7, "(PERM_READ 4 | PERM_WRITE 2 | PERM_INHERIT 1)"),
+    "defaultTopicQueueNums": at_least(1),
+    "maxTopicQueueNums": at_least(1),
+    "registerNameServerPeriod": _POSITIVE_MS,
+    "registerNameServerPeriodMin": between(1000, 60000, "ms"),
+    "registerBrokerTimeoutMills": _POSITIVE_MS,
+    "shortPollingTimeMills": _POSITIVE_MS,
+    "flushConsumerOffsetInterval": _POSITIVE_MS,
+    "channelNotActiveInterval": _POSITIVE_MS,
+    "transactionTimeOut": at_least(0, "ms"),
+    "transactionCheckMax": at_least(0),
+    "transactionCheckInterval": _POSITIVE_MS,
+    "flushDelayOffsetInterval": _POSITIVE_MS,
+    "timerMaxDelaySec": at_least(1, "s"),
+    "rebalanceLockMaxLiveTime": _POSITIVE_MS,
+    "remotingMaxBufferedBytes": at_least(1, "bytes"),
+    "haSendHeartbeatInterval": _POSITIVE_MS,
+    "haHousekeepingInterval": _POSITIVE_MS,
+    "haTransferBatchSize": at_least(1, "bytes"),
+    "brokerHeartbeatInterval": _POSITIVE_MS,
+    "controllerHeartBeatTimeoutMills": _POSITIVE_MS,
+    "checkSyncStateSetPeriod": _POSITIVE_MS,
+    "syncControllerMetadataPeriod": _POSITIVE_MS,
+    "haMaxTimeSlaveNotCatchup": _POSITIVE_MS,
+    "inSyncReplicas": at_least(1),
+    "minInSyncReplicas": at_least(1),
+    "slaveTimeout": _POSITIVE_MS,
+    "haMaxGapNotInSync": at_least(0, "bytes"),
+    "haSlaveFallbehindMax": at_least(0, "bytes"),
+    # MessageStoreConfig
+    "mappedFileSizeCommitLog": at_least(1, "bytes"),
+    "mappedFileSizeConsumeQueue": at_least(20, "bytes"),
+    "flushIntervalCommitLog": _POSITIVE_MS,
+    "flushCommitLogLeastPages": at_least(0, "pages"),
+    "flushCommitLogThoroughInterval": at_least(0, "ms"),
+    "syncFlushTimeout": _POSITIVE_MS,
+    "flushIntervalConsumeQueue": _POSITIVE_MS,
+    "flushConsumeQueueLeastPages": at_least(0, "pages"),
+    "flushConsumeQueueThoroughInterval": at_least(0, "ms"),
+    "maxMessageSize": at_least(1, "bytes"),
+    "maxTransferBytesOnMessageInMemory": at_least(1, "bytes"),
+    "maxTransferCountOnMessageInMemory": at_least(1),
+    "maxTransferBytesOnMessageInDisk": at_least(1, "bytes"),
+    "maxTransferCountOnMessageInDisk": at_least(1),
+    "accessMessageInMemoryMaxRatio": _PERCENT,
+    "maxHashSlotNum": at_least(1),
+    "maxIndexNum": at_least(1),
+    "maxMsgsNumBatch": at_least(1),
+    "defaultQueryMaxNum": at_least(1),
+    "fileReservedTime": at_least(0, "hours"),
+    "diskMaxUsedSpaceRatio": _PERCENT,
+    "cleanResourceInterval": _POSITIVE_MS,
+    "diskSpaceWarningLevelRatio": _FRACTION,
+    "diskSpaceCleanForciblyRatio": _FRACTION,
+    "maxOpenMappedFiles": at_least(0, "(0: no bound)"),
+    # NamesrvConfig, ControllerConfig
+    "scanNotActiveBrokerInterval": _POSITIVE_MS,
+    "brokerChannelExpiredTime": _POSITIVE_MS,
+}
+
+
+def checked(key: str, value: Any, source: str) -> Any:
+    """``value`` if :data:`KEY_RULES` allows it for ``key``, else a ConfigError naming the key and the source."""
+    rule = KEY_RULES.get(key)
+    problem = rule(value) if rule is not None else None
+    if problem is not None:
+        raise ConfigError(f"{source}: key {key}: {problem}")
+    return value
+
+
 def apply_properties(targets: list[Any], props: dict[str, str], source: str, ignore: tuple[str, ...] = ()) -> list[str]:
     """Set every known key on the config objects that declare it; return the unknown keys.
 
+    A value that does not convert, or that :data:`KEY_RULES` does not allow, raises :class:`ConfigError`.
     ``ignore`` lists key prefixes that other parts of the program read (e.g. ``tls.``).
     """
     hints = [(t, typing.get_type_hints(type(t))) for t in targets]
+    known = {f.name for target in targets for f in fields(target)}
     unknown = []
     for key, value in props.items():
         hit = False
         for target, th in hints:
             if key in {f.name for f in fields(target)}:
-                setattr(target, key, convert(value, _field_type(th.get(key, str)), key, source))
+                setattr(target, key, checked(key, convert(value, _field_type(th.get(key, str)), key, source), source))
                 hit = True
         if not hit and not key.startswith(ignore):
             unknown.append(key)
     for key in unknown:
-        log.warn("{source}: unknown key {key} ignored", source=source, key=key)
+        near = difflib.get_close_matches(key, known, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        log.warn("{source}: unknown key {key} ignored{hint}", source=source, key=key, hint=hint)
     return unknown
 
 

@@ -148,6 +148,12 @@ class BrokerConfig:
         return SessionCredentials(value["accessKey"], value["secretKey"])
 
     @property
+    def register_period(self) -> float:
+        """Seconds between registrations: ``registerNameServerPeriod`` kept within 10-60 s, as Apache's
+        BrokerController does; the floor is ours to lower (``registerNameServerPeriodMin``)."""
+        return min(max(self.registerNameServerPeriod, self.registerNameServerPeriodMin), 60000) / 1000.0
+
+    @property
     def ha_server_addr(self) -> str:
         return f"{self.brokerIP2}:{self.haListenPort}"
 
@@ -169,12 +175,15 @@ class BrokerConfig:
 
 
 def load_broker_config(
-    path: str | None = None, overrides: dict[str, str] | None = None
+    path: str | None = None, overrides: dict[str, str] | None = None, defaults: dict[str, str] | None = None
 ) -> tuple[BrokerConfig, StoreConfig]:
-    """Read broker.conf (if given) then ``overrides``; keys go to whichever config declares them."""
+    """Apply ``defaults`` (over the built-in ones), then broker.conf (if given), then ``overrides``; keys go to
+    whichever config declares them."""
     broker = BrokerConfig()
     store = StoreConfig()
     targets = [broker, store]
+    if defaults:
+        apply_properties(targets, defaults, "defaults", ignore=SYSTEM_PROPERTY_PREFIXES)
     if path:
         apply_properties(targets, load_properties(path), path, ignore=SYSTEM_PROPERTY_PREFIXES)
         broker.brokerConfigPath = broker.brokerConfigPath or path
@@ -183,9 +192,6 @@ def load_broker_config(
     broker.__post_init__()
     _check_role(broker, store, path, overrides or {})
     _check_credentials(broker, path, overrides or {})
-    if not 1000 <= broker.registerNameServerPeriodMin <= 60000:
-        source = "command line" if "registerNameServerPeriodMin" in (overrides or {}) or not path else path
-        raise ConfigError(f"{source}: key registerNameServerPeriodMin: must be between 1000 and 60000 (ms)")
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))
@@ -197,7 +203,6 @@ def load_broker_config(
     return broker, store
 
 
-BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 # Settings never printed (GET_BROKER_CONFIG) nor changed remotely (UPDATE_BROKER_CONFIG).
 SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
 _CREDENTIAL_KEYS = ("accessKey", "secretKey")
@@ -219,15 +224,12 @@ def _check_credentials(broker: BrokerConfig, path: str | None, overrides: dict[s
 
 
 def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:
-    """BrokerStartup's rules: a known role, a master's brokerId forced to 0, a slave's above 0."""
+    """BrokerStartup's rules: a master's brokerId forced to 0, a slave's above 0 (the role's value is one of
+    KEY_RULES)."""
 
     def source(key: str) -> str:
         return "command line" if key in overrides or not path else path
 
-    if broker.brokerRole not in BROKER_ROLES:
-        raise ConfigError(
-            f"{source('brokerRole')}: key brokerRole: {broker.brokerRole!r} is not one of {', '.join(BROKER_ROLES)}"
-        )
     store.brokerRole = broker.brokerRole
     if broker.enableControllerMode:
         if not broker.controllerAddr.strip():

@@ -176,29 +176,30 @@ class BrokerController(service.Service):
         self.store.arriving_listener = self._message_arriving
         self._load_state_files()
         self.topics.persist()
-        self.tls.start()
-        if self.acl is not None:
-            self.acl.start()
-        self.send_thread = start_send_thread(self.reactor)
-        self.factory.sender = self.send_thread
-        configured_port = self.config.listenPort
-        port = self.reactor.listenTCP(
-            self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
-        )
-        self.ports.append(port)
-        self.config.listenPort = port.getHost().port
-        self._listen_vip()
-        self._listen_metrics()
-        self._start_ha(configured_port)
+        try:
+            self.tls.start()
+            if self.acl is not None:
+                self.acl.start()
+            self.send_thread = start_send_thread(self.reactor)
+            self.factory.sender = self.send_thread
+            configured_port = self.config.listenPort
+            port = self.reactor.listenTCP(
+                self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
+            )
+            self.ports.append(port)
+            self.config.listenPort = port.getHost().port
+            self._listen_vip()
+            self._listen_metrics()
+            self._start_ha(configured_port)
+        except BaseException:
+            self._abandon_start()
+            raise
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
         # Stopped in stopService once the connections are closed, not as soon as the reactor starts shutting down.
         self.flush_service = FlushService(self.store, self.store_config, self.reactor, stop_with_reactor=False)
         self.flush_service.start()
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
-        # Apache's bounds, 10 s to 60 s; the floor is ours to lower (registerNameServerPeriodMin).
-        floor = self.config.registerNameServerPeriodMin
-        period = min(max(self.config.registerNameServerPeriod, floor), 60000) / 1000.0
         self.registration.drop_changes()
         if self.replicas is None:
             self._apply_role()
@@ -206,7 +207,7 @@ class BrokerController(service.Service):
         else:
             # Controller mode: the controller says who is master; nothing is registered before that.
             self._registered = self.replicas.start()
-        self._every(period, self.registration.register_periodically, now=False)
+        self._every(self.config.register_period, self.registration.register_periodically, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
@@ -218,6 +219,23 @@ class BrokerController(service.Service):
             addr=self.config.broker_addr,
             namesrv=self.config.namesrvAddr,
         )
+
+    def _abandon_start(self) -> None:
+        """Undo a start that failed before serving (a busy port, unreadable TLS files): the store closed cleanly,
+        so the next start needs no recovery. Nothing was registered, so nothing is unregistered."""
+        for port in self.ports:
+            port.stopListening()
+        self.ports.clear()
+        if self.ha_client is not None:
+            self.ha_client.stop()
+        if self.ha_service is not None:
+            self.ha_service.stop()
+        if self.send_thread is not None:
+            self.send_thread.stop()
+        self.tls.stop()
+        if self.acl is not None:
+            self.acl.stop()
+        self.store.shutdown()
 
     def _log_slave_fall_behind(self) -> None:
         # printMasterAndSlaveDiff, every minute while slaves are connected.
@@ -286,9 +304,24 @@ class BrokerController(service.Service):
             self.store.shutdown()
             raise
 
-    def when_ready(self) -> defer.Deferred[Any]:
-        """Fires once the first registration with every NameServer has been answered (or failed)."""
-        return self._registered
+    @defer.inlineCallbacks
+    def when_ready(self) -> Any:
+        """Fires once the first registration has been answered (or failed) by every NameServer and one has
+        accepted this broker, so clients can find it; until one has, a warning says so, naming the NameServers
+        tried. Controller mode: once the controller has given the role (or after registerBrokerTimeoutMills)."""
+        yield self._registered
+        if self.replicas is not None:
+            return
+        if not self.registration.accepted and self.config.namesrv_addrs:
+            log.warn(
+                "The broker[{name}, {addr}] is not ready: no name server has accepted its registration yet "
+                "(tried {namesrv}); retrying every {period} s",
+                name=self.config.brokerName,
+                addr=self.config.broker_addr,
+                namesrv=self.config.namesrvAddr,
+                period=f"{self.config.register_period:g}",
+            )
+        yield self.registration.first_accepted()
 
     def _listen_vip(self) -> None:
         """The "VIP" channel on listenPort - 2: everything but pulls (clients with vipChannelEnabled)."""

@@ -53,11 +53,23 @@ class BrokerRegistration:
         self.registered_ids: set[int] = set()
         # Controller mode: nothing is registered before the controller has said who is master.
         self.on_hold = False
+        # Whether a NameServer has accepted a registration yet, and who waits for that (the ready line).
+        self.accepted = False
+        self._accepted_waiters: list[defer.Deferred[None]] = []
         # Topics changed since the last registration of changes.
         self._changed: set[str] = set()
         # Changes were registered since the last full registration.
         self._changes_sent = False
         self._changes = Coalescer(broker.reactor, self._register_changes, CHANGE_DELAY, "registering topic changes")
+
+    def first_accepted(self) -> defer.Deferred[None]:
+        """Fires once a NameServer has accepted this broker's registration (at once if one has, or if there is
+        no NameServer to register with)."""
+        if self.accepted or not self.broker.config.namesrv_addrs:
+            return defer.succeed(None)
+        d: defer.Deferred[None] = defer.Deferred()
+        self._accepted_waiters.append(d)
+        return d
 
     def topics_changed(self, *topics: str) -> None:
         """Register ``topics`` soon, with the table's data version (Apache's registerIncrementBrokerData,
@@ -194,6 +206,12 @@ class BrokerRegistration:
             self.master_addr = h.master_addr
         if h.ha_server_addr:
             self.ha_master_addr = h.ha_server_addr
+        # After the master's address is known: a slave's waiters may sync from it at once.
+        if not self.accepted:
+            self.accepted = True
+            waiters, self._accepted_waiters = self._accepted_waiters, []
+            for d in waiters:
+                d.callback(None)
 
     @staticmethod
     def _failed(failure: Any, addr: str) -> None:

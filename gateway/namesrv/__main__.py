@@ -2,8 +2,8 @@
 
 Logs go to namesrv.log (and the other component files) under the log directory (:mod:`gateway.logs`); the
 console shows the start and stop lines, warnings and errors. SIGINT or SIGTERM closes the port and every
-connection, then exits 0; a bad configuration or an unreadable kvConfig.json prints its message (key or file)
-on stderr and exits 1.
+connection, then exits 0; a bad configuration, an unreadable kvConfig.json or a port in use prints one line
+(naming the key, the file or the address) on stderr and exits 1.
 """
 
 from __future__ import annotations
@@ -19,19 +19,14 @@ from typing import Any
 
 from twisted.internet import task
 from twisted.internet.defer import Deferred
-from twisted.internet.error import CannotListenError
-from twisted.logger import (
-    Logger,
-)
 
 from gateway.config import ConfigError, properties_to_string, system_properties
 from gateway.controller.config import ControllerConfig, load_controller_config
 from gateway.logs import LogSettings, add_log_arguments, start_logging
+from gateway.runner import startup_failure
 
 from .config import NamesrvConfig, load_namesrv_config
 from .service import NamesrvController
-
-log = Logger()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,10 +74,12 @@ async def _serve(
         # What start-up reads (kvConfig.json, the TLS files) cannot be used: one line naming it, exit 1.
         print(f"mqnamesrv: {e}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
-    except CannotListenError as e:
-        log.critical(
-            "cannot listen on {addr}:{port}: {error}", addr=config.bindAddress, port=config.listenPort, error=e
-        )
+    except Exception as e:
+        # A busy port, a KV file that cannot be written: one line too.
+        line = startup_failure(e)
+        if line is None:
+            raise
+        print(f"mqnamesrv: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     # The reactor waits for this Deferred when SIGINT/SIGTERM stops it.
     reactor.addSystemEventTrigger("before", "shutdown", controller.stopService)

@@ -88,13 +88,17 @@ _FIXED_BLACK_LIST = frozenset(
 )
 
 
-def load_namesrv_config(path: str | Path | None = None, overrides: dict[str, str] | None = None) -> NamesrvConfig:
-    """Defaults, then the properties file at ``path``, then ``overrides``.
+def load_namesrv_config(
+    path: str | Path | None = None, overrides: dict[str, str] | None = None, defaults: dict[str, str] | None = None
+) -> NamesrvConfig:
+    """Defaults (``defaults`` over the built-in ones), then the properties file at ``path``, then ``overrides``.
 
     As ``mqnamesrv -c`` does, the file given becomes ``configStorePath``, where run-time updates go.
     Raises :class:`~gateway.config.ConfigError` naming the key and the file.
     """
     config = NamesrvConfig()
+    if defaults:
+        apply_properties([config], defaults, "defaults", IGNORED_PREFIXES)
     if path is not None:
         apply_properties([config], load_properties(path), str(path), IGNORED_PREFIXES)
         config.configStorePath = str(path)

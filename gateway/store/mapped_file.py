@@ -20,8 +20,6 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gateway.config import ConfigError
-
 log = logging.getLogger(__name__)
 
 OS_PAGE_SIZE = 4096
@@ -31,9 +29,9 @@ _ZERO_RUN = 1024 * 1024
 _SCAN_CHUNK = 64 * 1024
 
 
-class StoreLoadError(ConfigError):
+class StoreLoadError(RuntimeError):
     """The store cannot start on its files: they do not match the configuration (Java refuses to start in that
-    case), or the process may not use them.  A ConfigError, so the broker prints it as one line."""
+    case), or the process may not use them. The entry points print it as one line (gateway.runner)."""
 
 
 def offset2file_name(offset: int) -> str:

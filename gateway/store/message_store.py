@@ -781,7 +781,7 @@ def _access_error(e: OSError) -> StoreLoadError:
     if path is None:
         return StoreLoadError(f"store: {e.strerror or e}")
     if e.errno in (errno.EEXIST, errno.ENOTDIR):
-        return StoreLoadError(f"{path}: {e.strerror}: the store needs a directory there")
+        return StoreLoadError(f"{path}: a file is in the way: the store needs a directory there")
     if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
         return StoreLoadError(f"{path}: {e.strerror}: the store cannot use this path")
     if not os.path.lexists(path):  # it could not be created: its directory is what refuses

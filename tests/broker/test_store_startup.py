@@ -122,7 +122,7 @@ def test_commitlog_of_the_wrong_length_refuses_in_one_line(tmp_path: Path) -> No
     segment = Path(config.commit_log_path) / f"{0:020d}"
     os.truncate(segment, 2000)
     assert refused(tmp_path, config) == (
-        f"configuration error: {segment}: length 2000 does not match the configured {SEGMENT}"
+        f"cannot start the store: {segment}: length 2000 does not match the configured {SEGMENT}"
     )
 
 
@@ -154,7 +154,7 @@ def test_unwritable_store_directory_in_one_line(tmp_path: Path) -> None:
     root.mkdir()
     with unwritable(root):
         line = refused(tmp_path, config)
-    assert line.startswith(f"configuration error: {root}: ")
+    assert line.startswith(f"cannot start the store: {root}: ")
     assert line.endswith(": the store needs to read, write and create files in this directory")
 
 
@@ -164,5 +164,5 @@ def test_unwritable_store_file_in_one_line(tmp_path: Path) -> None:
     segment = Path(config.commit_log_path) / f"{0:020d}"
     with unwritable(segment):
         line = refused(tmp_path, config)
-    assert line.startswith(f"configuration error: {segment}: ")
+    assert line.startswith(f"cannot start the store: {segment}: ")
     assert line.endswith(": the store needs to read and write this file")
