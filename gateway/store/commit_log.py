@@ -170,6 +170,16 @@ def check_message_and_return_size(
     return DispatchRequest(topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties)
 
 
+def record_arriving(view: memoryview, pos: int, segment_size: int) -> bool:
+    """Whether the bytes at ``pos`` may be the head of a record whose rest has not arrived yet (a slave's
+    transfer ends inside it): too few to hold its size and magic code, or a record's magic code with a size that
+    reaches past them but not past its segment (no record spans two)."""
+    if len(view) - pos < 8:
+        return True
+    total = _I.unpack_from(view, pos)[0]
+    return view[pos + _MAGIC_POS : pos + 8] == _MESSAGE_MAGIC and len(view) < pos + total <= segment_size
+
+
 class CommitLog:
     """Appends records, serves slices of them, and finds the valid end after a restart.
 

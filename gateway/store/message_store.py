@@ -43,6 +43,7 @@ from .commit_log import (
     DispatchRequest,
     check_message_and_return_size,
     is_dispatched,
+    record_arriving,
 )
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
@@ -386,6 +387,8 @@ class DefaultMessageStore:
                 except CorruptRecordError as e:
                     # Usually the rest of this record comes with the next transfer; but with a whole record after
                     # it, it is a damaged one the master's recovery skipped: skip it too.
+                    if record_arriving(view, pos, f.file_size):
+                        return
                     found = cl.next_valid_record(base + pos + 1, end)
                     if found is None:
                         return

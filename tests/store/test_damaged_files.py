@@ -140,8 +140,10 @@ def test_index_file_of_the_wrong_length_is_rebuilt(config: StoreConfig) -> None:
         store.shutdown()
 
 
-def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tmp_path: Path) -> None:
-    """A slave copies the master's bytes, damaged ones included; it dispatches what follows them."""
+@pytest.mark.parametrize("damage", ["size", "magic"])
+def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tmp_path: Path, damage: str) -> None:
+    """A slave copies the master's bytes, damaged ones included; it dispatches what follows them (a damaged
+    size that fits the segment is waited for like a record still arriving, then skipped)."""
     config = dataclasses.replace(config, mappedFileSizeCommitLog=SEGMENT)
     store = DefaultMessageStore(config)
     store.start()
@@ -150,8 +152,9 @@ def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tm
     store.shutdown()
     segment = Path(config.commit_log_path) / f"{0:020d}"
     with open(segment, "r+b") as f:
-        f.seek(results[100].wrote_offset + 4)
-        f.write(b"\0\0\0\1")
+        at, damaged = DAMAGE[damage]
+        f.seek(results[100].wrote_offset + at)
+        f.write(damaged)
     end = results[-1].wrote_offset + results[-1].wrote_bytes
     data = segment.read_bytes()[:end]
     slave = DefaultMessageStore(
