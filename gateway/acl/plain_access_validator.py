@@ -121,11 +121,18 @@ class PlainAccessValidator:
         return needs(request, ext)
 
     def refuse(
-        self, channel: RemotingProtocol, request: RemotingCommand, resources: Mapping[str, int]
+        self,
+        channel: RemotingProtocol,
+        request: RemotingCommand,
+        resources: Mapping[str, int],
+        needs_admin: bool | None = None,
     ) -> RemotingCommand | None:
-        """The denial to answer unless ``request`` may use ``resources``; None when it may."""
+        """The denial to answer unless ``request`` may use ``resources`` (and, if ``needs_admin``, comes from an
+        admin; None: as the request code says); None when it may."""
         try:
-            self.manager.validate(channel.peer_host, request.code, request.ext_fields, request.body, resources)
+            self.manager.validate(
+                channel.peer_host, request.code, request.ext_fields, request.body, resources, needs_admin
+            )
         except AccessDenied as e:
             log.warn("ACL denied code {code} from {peer}: {error}", code=request.code, peer=channel.peer, error=e)
             return request.response(ResponseCode.SYSTEM_ERROR, e.remark)
