@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest_twisted
 
+from gateway.acl.signer import SessionCredentials
 from gateway.broker.controller import BrokerController
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -13,7 +14,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader, ViewMessageRequestHeader
 from gateway.remoting.message import MessageConst, decode_offset_message_id, decode_record, properties_to_string
 
-from .conftest import ADMIN, send_request, signed
+from .conftest import ADMIN, USER, send_request, signed
 from .test_broker_acl import assert_denied, broker, client  # noqa: F401
 
 # USER (RocketMQ): topicA=DENY, topicB=PUB|SUB, topicC=SUB; groupA=DENY, groupB=PUB|SUB, groupC=SUB.
@@ -32,8 +33,9 @@ def retried_from(topic: str) -> str:
     return properties_to_string({MessageConst.RETRY_TOPIC: topic})
 
 
-def view(offset: int) -> RemotingCommand:
-    return signed(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(offset).encode()))
+def view(offset: int, credentials: SessionCredentials = USER) -> RemotingCommand:
+    header = ViewMessageRequestHeader(offset).encode()
+    return signed(RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, header), credentials)
 
 
 def send_back(offset: int, group: str) -> RemotingCommand:
@@ -60,7 +62,7 @@ async def test_view_message_by_id_needs_sub_on_the_stored_topic(
     assert response.code == ResponseCode.SUCCESS, response.remark
     assert decode_record(response.body).body == b"public"
     # The admin still reads everything.
-    assert (await client.invoke(addr, signed(view(secret), ADMIN))).code == ResponseCode.SUCCESS
+    assert (await client.invoke(addr, view(secret, ADMIN))).code == ResponseCode.SUCCESS
 
 
 @pytest_twisted.ensureDeferred
