@@ -7,14 +7,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import threads
+from twisted.internet import reactor, threads
+from twisted.internet.task import deferLater
 
+from compat_tests.servers import free_port
 from gateway.acl.signer import SessionCredentials
+from gateway.controller.config import load_controller_config
 from gateway.namesrv.service import NamesrvController
 from gateway.remoting import fastjson
 from gateway.remoting.client import RemotingClient
@@ -226,3 +230,43 @@ def test_unusable_acl_settings_stop_the_name_server_in_one_line(
     assert result.returncode == 1
     assert result.stderr.startswith(message.format(home=home)) and result.stderr.count("\n") == 1, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_signing_broker_gets_its_role_from_the_embedded_controller(tmp_path: Path, home: Path) -> None:
+    ns_cfg = loopback_namesrv_config(
+        tmp_path / "namesrv", aclEnable="true", rocketmqHome=str(home), enableControllerInNamesrv="true"
+    )
+    ctl_cfg = load_controller_config(
+        None, {"controllerDLegerPeers": f"n0-127.0.0.1:{free_port()}", "controllerStorePath": str(tmp_path / "ctl")}
+    )
+    namesrv = NamesrvController(ns_cfg, reactor, controller_config=ctl_cfg)
+    namesrv.startService()
+    addr = addr_of(namesrv)
+    remoting = RemotingClient(reactor)
+    credentials = fastjson.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key}).decode()
+    broker = BrokerUnderTest(
+        tmp_path / "broker",
+        remoting,
+        brokerName="broker-acl-ctl",
+        namesrvAddr=addr,
+        enableControllerMode="true",
+        controllerAddr=addr,
+        brokerHeartbeatInterval="200",
+        innerClientAuthenticationCredentials=credentials,
+    )
+    try:
+        controller = broker.start()
+        assert namesrv.controller is not None
+        heartbeats = namesrv.controller.heartbeats
+        deadline = time.monotonic() + 15
+        while not (controller.replicas.role_known and heartbeats.is_alive("broker-acl-ctl", 1)):
+            assert time.monotonic() < deadline, "the signing broker never got its role"
+            await deferLater(reactor, 0.05, lambda: None)
+        # Anyone else is refused by the controller as by the NameServer.
+        metadata = await remoting.invoke(addr, request(RequestCode.CONTROLLER_GET_METADATA_INFO))
+        assert_denied(metadata, "No accessKey is configured")
+    finally:
+        await broker.stop()
+        await remoting.close()
+        await namesrv.stopService()
