@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -13,10 +12,6 @@ from .plain_permission_manager import PlainPermissionManager
 if TYPE_CHECKING:
     from gateway.broker.config import BrokerConfig
     from gateway.remoting.dispatch import RequestDispatcher
-
-# The Java system properties that place the files.
-HOME_PROPERTY = "rocketmq.home.dir"
-PLAIN_FILE_PROPERTY = "rocketmq.acl.plain.file"
 
 
 class BrokerAcl:
@@ -33,9 +28,7 @@ class BrokerAcl:
 
         Raises :class:`~gateway.config.ConfigError` when they cannot be found or loaded.
         """
-        props = system_properties or {}
-        home = config.rocketmqHome or props.get(HOME_PROPERTY) or os.environ.get("ROCKETMQ_HOME")
-        return cls(PlainPermissionManager(home, props.get(PLAIN_FILE_PROPERTY), clock=clock), config)
+        return cls(PlainPermissionManager.for_server(config.rocketmqHome, system_properties, clock), config)
 
     def install(self, dispatcher: RequestDispatcher) -> None:
         """Check every request first; serve the ACL admin codes."""

@@ -6,7 +6,10 @@ a oneway request gets nothing, as in Java.
 
 Resources per request code are Apache 4.9.8's (``%RETRY%group`` stands for a group), plus what 5.x
 and common sense add: batch and reply sends need PUB like other sends, LITE_PULL_MESSAGE needs what
-PULL_MESSAGE needs, and QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs.
+PULL_MESSAGE needs, and QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs. Stricter than 4.9.8
+where it leaks: a send to ``%RETRY%G`` needs SUB on group G itself (4.9.8 checks the group the sender
+names), and VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK need SUB on the stored message's topics
+(:meth:`PlainAccessValidator.refuse_message`, called by their processors once the message is read).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.bodies import HeartbeatData
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.message import MessageConst, MessageExt
 
 from .permission import PUB, SUB, is_retry_topic, retry_topic
 from .plain_permission_manager import AccessDenied, PlainPermissionManager
@@ -39,14 +43,12 @@ def _add(resources: Resources, resource: str | None, perm: int) -> None:
         resources[resource] = perm
 
 
-def _send(topic_key: str, group_key: str) -> Callable[[RemotingCommand, Mapping[str, str]], Resources]:
+def _send(topic_key: str) -> Callable[[RemotingCommand, Mapping[str, str]], Resources]:
     def needs(request: RemotingCommand, ext: Mapping[str, str]) -> Resources:
         out: Resources = {}
         topic = ext.get(topic_key)
-        if is_retry_topic(topic):
-            _add(out, retry_topic(ext.get(group_key)), SUB)
-        else:
-            _add(out, topic, PUB)
+        # A retry topic is its group's resource: SUB on that group, whatever group the sender names.
+        _add(out, topic, SUB if is_retry_topic(topic) else PUB)
         return out
 
     return needs
@@ -84,11 +86,11 @@ def _heartbeat(request: RemotingCommand, ext: Mapping[str, str]) -> Resources:
 
 _PULL = _group("consumerGroup", "topic")
 NEEDS: dict[int, Callable[[RemotingCommand, Mapping[str, str]], Resources]] = {
-    RequestCode.SEND_MESSAGE: _send("topic", "group"),
-    RequestCode.SEND_REPLY_MESSAGE: _send("topic", "group"),
-    RequestCode.SEND_MESSAGE_V2: _send("b", "a"),
-    RequestCode.SEND_BATCH_MESSAGE: _send("b", "a"),
-    RequestCode.SEND_REPLY_MESSAGE_V2: _send("b", "a"),
+    RequestCode.SEND_MESSAGE: _send("topic"),
+    RequestCode.SEND_REPLY_MESSAGE: _send("topic"),
+    RequestCode.SEND_MESSAGE_V2: _send("b"),
+    RequestCode.SEND_BATCH_MESSAGE: _send("b"),
+    RequestCode.SEND_REPLY_MESSAGE_V2: _send("b"),
     RequestCode.CONSUMER_SEND_MSG_BACK: _group("group"),
     RequestCode.PULL_MESSAGE: _PULL,
     RequestCode.LITE_PULL_MESSAGE: _PULL,
@@ -118,15 +120,32 @@ class PlainAccessValidator:
             return _NOTHING
         return needs(request, ext)
 
-    def check(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
-        """Raise :class:`~gateway.acl.plain_permission_manager.AccessDenied` unless ``request`` may pass."""
-        resources = self.needed_resources(request)
-        self.manager.validate(channel.peer_host, request.code, request.ext_fields, request.body, resources)
-
-    def hook(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
+    def refuse(
+        self,
+        channel: RemotingProtocol,
+        request: RemotingCommand,
+        resources: Mapping[str, int],
+        needs_admin: bool | None = None,
+    ) -> RemotingCommand | None:
+        """The denial to answer unless ``request`` may use ``resources`` (and, if ``needs_admin``, comes from an
+        admin; None: as the request code says); None when it may."""
         try:
-            self.check(channel, request)
+            self.manager.validate(
+                channel.peer_host, request.code, request.ext_fields, request.body, resources, needs_admin
+            )
         except AccessDenied as e:
             log.warn("ACL denied code {code} from {peer}: {error}", code=request.code, peer=channel.peer, error=e)
             return request.response(ResponseCode.SYSTEM_ERROR, e.remark)
         return None
+
+    def refuse_message(
+        self, channel: RemotingProtocol, request: RemotingCommand, msg: MessageExt
+    ) -> RemotingCommand | None:
+        """As :meth:`refuse`, for a request that reads or copies the stored ``msg``: SUB on its topic and,
+        for a retried or dead message, on the topic it was first sent to."""
+        resources = {msg.topic: SUB}
+        _add(resources, msg.properties.get(MessageConst.RETRY_TOPIC), SUB)
+        return self.refuse(channel, request, resources)
+
+    def hook(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
+        return self.refuse(channel, request, self.needed_resources(request))

@@ -41,6 +41,9 @@ from .signer import ACCESS_KEY, SIGNATURE, AclSigner, request_content
 
 log = Logger()
 
+# The Java system properties that place the files.
+HOME_PROPERTY = "rocketmq.home.dir"
+PLAIN_FILE_PROPERTY = "rocketmq.acl.plain.file"
 DEFAULT_PLAIN_FILE = "conf/plain_acl.yml"
 ACL_DIR = "conf/acl"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -252,7 +255,7 @@ class PlainPermissionManager:
     ) -> None:
         plain_file = plain_file or DEFAULT_PLAIN_FILE
         if not os.path.isabs(plain_file) and not home:
-            raise ConfigError("aclEnable=true needs rocketmqHome (broker.conf) or ROCKETMQ_HOME to find plain_acl.yml")
+            raise ConfigError("aclEnable=true needs rocketmqHome or ROCKETMQ_HOME to find plain_acl.yml")
         self.home = os.path.normpath(home) if home else None
         self.default_acl_file = os.path.normpath(os.path.join(home or "", plain_file))
         self.acl_dir = os.path.join(self.home, ACL_DIR) if self.home else None
@@ -263,6 +266,19 @@ class PlainPermissionManager:
             raise ConfigError(f"ACL configuration: {e}") from None
         self._watch = FileWatchService(self.acl_files, self._files_changed, watch_interval, clock)
         self.reload_listeners: list[Callable[[PlainAclSnapshot], None]] = []
+
+    @classmethod
+    def for_server(
+        cls, rocketmq_home: str | None, system_properties: Mapping[str, str] | None, clock: Any
+    ) -> PlainPermissionManager:
+        """A broker's or NameServer's files: under its ``rocketmqHome`` setting, else ``rocketmq.home.dir``,
+        else ``$ROCKETMQ_HOME``; ``rocketmq.acl.plain.file`` names the default file.
+
+        Raises :class:`~gateway.config.ConfigError` when they cannot be found or loaded.
+        """
+        props = system_properties or {}
+        home = rocketmq_home or props.get(HOME_PROPERTY) or os.environ.get("ROCKETMQ_HOME")
+        return cls(home, props.get(PLAIN_FILE_PROPERTY), clock=clock)
 
     # -- files
 
@@ -315,10 +331,17 @@ class PlainPermissionManager:
     # -- checking requests
 
     def validate(
-        self, remote_addr: str, code: int, ext: Mapping[str, str] | None, body: bytes, resources: Mapping[str, int]
+        self,
+        remote_addr: str,
+        code: int,
+        ext: Mapping[str, str] | None,
+        body: bytes,
+        resources: Mapping[str, int],
+        needs_admin: bool | None = None,
     ) -> None:
         """PlainPermissionManager.validate: global whitelist, account, its whitelist, signature, permissions.
 
+        ``needs_admin`` None: as :data:`~gateway.acl.permission.ADMIN_CODES` says for ``code``.
         Raises :class:`AccessDenied` with Apache's message.
         """
         acl = self.snapshot
@@ -338,7 +361,7 @@ class PlainPermissionManager:
         # Message traces may always be written.
         if resources.get(TRACE_TOPIC) == PUB:
             return
-        check_perm(code, resources, account)
+        check_perm(code, resources, account, code in ADMIN_CODES if needs_admin is None else needs_admin)
 
     # -- admin requests
 
@@ -432,9 +455,9 @@ def _signed_by(account: PlainAccessAccount, ext: Mapping[str, str], body: bytes)
     return UNIQUE_KEY_QUERY in ext and matches(request_content(ext))
 
 
-def check_perm(code: int, needed: Mapping[str, int], account: PlainAccessAccount) -> None:
-    """PlainPermissionManager.checkPerm: admin-only codes, then each needed resource."""
-    if code in ADMIN_CODES and not account.admin:
+def check_perm(code: int, needed: Mapping[str, int], account: PlainAccessAccount, needs_admin: bool) -> None:
+    """PlainPermissionManager.checkPerm: admin-only requests, then each needed resource."""
+    if needs_admin and not account.admin:
         raise AccessDenied(
             f"Need admin permission for request code={code}, but accessKey={account.access_key} is not",
             _CHECK_PERM.format(581),

@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> None:
 async def _serve(
     reactor: Any, config: NamesrvConfig, props: dict[str, str], controller_config: ControllerConfig | None
 ) -> None:
-    controller = NamesrvController(config, reactor, system_properties=props, controller_config=controller_config)
     try:
+        controller = NamesrvController(config, reactor, system_properties=props, controller_config=controller_config)
         controller.startService()
     except ConfigError as e:
-        # What start-up reads (kvConfig.json, the TLS files) cannot be used: one line naming it, exit 1.
+        # What start-up reads (kvConfig.json, the TLS and ACL files) cannot be used: one line naming it, exit 1.
         print(f"mqnamesrv: {e}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
     except Exception as e:

@@ -53,6 +53,9 @@ class NamesrvConfig:
     # Ours: the most bytes all connections together may hold in incomplete frames and unsent replies; past it
     # the newest such connections are closed. Always on (must be positive); read at start.
     remotingMaxBufferedBytes: int = 64 * 1024 * 1024
+    # Ours (the broker's key): check requests against plain_acl.yml under rocketmqHome; reads stay open, the
+    # rest needs an admin account (gateway.acl.namesrv_acl). Read at start.
+    aclEnable: bool = False
     # RocketMQ 5: run a controller inside this NameServer, on its port (ControllerConfig keys in the same file).
     enableControllerInNamesrv: bool = False
     # As the broker's: PROM serves /metrics on metricsPromExporterHost (default bindAddress):metricsPromExporterPort.
@@ -63,7 +66,7 @@ class NamesrvConfig:
     def black_listed(self, key: str) -> bool:
         """Whether UPDATE_NAMESRV_CONFIG refuses ``key`` (:func:`~gateway.config.black_listed`); beyond Java's
         fixed keys, the listener (it cannot move while running, and a port changed for the next start would
-        take the cluster's NameServer away) and the start-up-only ``startWithCorruptStateFiles``."""
+        take the cluster's NameServer away) and the start-up-only ``startWithCorruptStateFiles`` and ``aclEnable``."""
         return black_listed(key, _FIXED_BLACK_LIST, self.configBlackList)
 
     def to_properties(self) -> dict[str, str]:
@@ -81,6 +84,7 @@ _FIXED_BLACK_LIST = frozenset(
         "bindAddress",
         "startWithCorruptStateFiles",
         "remotingMaxBufferedBytes",
+        "aclEnable",
         "metricsExporterType",  # the metrics listener is made at start-up
         "metricsPromExporterHost",
         "metricsPromExporterPort",

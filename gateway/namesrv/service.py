@@ -15,6 +15,7 @@ from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTi
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
+from gateway.acl.namesrv_acl import NamesrvAcl
 from gateway.persist import corrupt_state_files
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.dispatch import RequestDispatcher
@@ -42,8 +43,9 @@ class NamesrvController(Service):
 
     ``reactor`` listens (default: the global reactor); ``clock`` times the expiry scan and the
     brokers' last-update stamps (default: ``reactor``; tests pass a ``task.Clock``).
-    ``system_properties`` holds the ``tls.*`` settings Java takes as -D properties (TLS with Java's
-    defaults; None serves plain connections only).
+    ``system_properties`` holds the ``tls.*`` and ``rocketmq.*`` settings Java takes as -D properties (TLS
+    with Java's defaults; None serves plain connections only). With ``aclEnable`` the ACL files are loaded
+    here (ConfigError if they cannot be).
     """
 
     def __init__(
@@ -72,6 +74,9 @@ class NamesrvController(Service):
         self.dispatcher.register_all(
             DefaultRequestProcessor(config, self.route_info_manager, self.kv_config_manager).handlers()
         )
+        self.acl = NamesrvAcl.for_namesrv(config, system_properties, self.clock) if config.aclEnable else None
+        if self.acl is not None:
+            self.acl.install(self.dispatcher)
         # BrokerHousekeepingService: a broker's routes go with its connection.
         self.dispatcher.on_channel_closed.append(self._on_channel_closed)
         # Wrap or replace before startService to serve TLS.
@@ -104,6 +109,8 @@ class NamesrvController(Service):
         with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
             self.kv_config_manager.load()
         self.tls.start()
+        if self.acl is not None:
+            self.acl.start()
         self._listening = self.reactor.listenTCP(
             self.config.listenPort, self.tls.wrap(self.factory), interface=self.config.bindAddress
         )
@@ -127,6 +134,8 @@ class NamesrvController(Service):
         """Stop scanning, close the port and every connection; the Deferred fires when all are closed."""
         super().stopService()
         self.tls.stop()
+        if self.acl is not None:
+            self.acl.stop()
         if self._first_scan is not None and self._first_scan.active():
             self._first_scan.cancel()
         if self._scan.running:

@@ -61,7 +61,7 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
-def send_request(topic: str, body: bytes = b"hello", group: str = "pg") -> RemotingCommand:
+def send_request(topic: str, body: bytes = b"hello", group: str = "pg", properties: str = "") -> RemotingCommand:
     """SEND_MESSAGE_V2 as the Java client builds it (short header names)."""
     header = SendMessageRequestHeader(
         producer_group=group,
@@ -72,7 +72,7 @@ def send_request(topic: str, body: bytes = b"hello", group: str = "pg") -> Remot
         sys_flag=0,
         born_timestamp=int(time.time() * 1000),
         flag=0,
-        properties="",
+        properties=properties,
         reconsume_times=0,
         batch=False,
     ).encode_v2()

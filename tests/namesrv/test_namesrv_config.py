@@ -85,6 +85,7 @@ BLACK_LISTED = [
     "listenPort",
     "bindAddress",
     "startWithCorruptStateFiles",
+    "aclEnable",
     "tls.server.mode",
     "tls.test.mode.enable",
     "tls.config.file",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
+from gateway.remoting.message import RecordError, decode_record
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -54,11 +55,22 @@ class QueryMessageProcessor:
         return response
 
     def view_message_by_id(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
-        """The record starting at commitlog ``offset``; 1 SYSTEM_ERROR if there is none."""
+        """The record starting at commitlog ``offset``; 1 SYSTEM_ERROR if there is none (or, with ACL, if the
+        account may not read its topic)."""
         h = ViewMessageRequestHeader.decode(request.ext_fields)
         record = self.broker.store.look_message_by_offset(h.offset)
         if record is None:
             return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
+        acl = self.broker.acl
+        if acl is not None:
+            # 4.9.8 serves any signed account: the message's topic must be readable by this one.
+            try:
+                msg = decode_record(record)
+            except RecordError:
+                return request.response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
+            refused = acl.validator.refuse_message(channel, request, msg)
+            if refused is not None:
+                return refused
         response = request.response(ResponseCode.SUCCESS)
         response.body_tail = [record]
         return response

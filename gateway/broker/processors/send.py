@@ -289,9 +289,9 @@ class SendMessageProcessor:
         3 + reconsumeTimes unless the consumer names one), or goes to %DLQ%<group> after too many attempts.
         Answered once a retry or DLQ topic it created is registered."""
         topics_version = self.broker.topics.data_version.counter
-        return self.broker.answer_once_registered(topics_version, self._send_back(request))
+        return self.broker.answer_once_registered(topics_version, self._send_back(channel, request))
 
-    def _send_back(self, request: RemotingCommand) -> RemotingCommand:
+    def _send_back(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         header = ConsumerSendMsgBackRequestHeader.decode(request.ext_fields)
         broker = self.broker
         cfg = broker.groups.find(header.group)
@@ -305,15 +305,21 @@ class SendMessageProcessor:
             )
         if cfg.retry_queue_nums <= 0:
             return request.response(ResponseCode.SUCCESS)  # the group wants no retries: drop it
+        msg = look_message(broker.store, header.offset)
+        if msg is None:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
+        if broker.acl is not None:
+            # 4.9.8 checks only the group: any message could be copied into the group's retry topic, then
+            # read; checked before the retry topic is made.
+            refused = broker.acl.validator.refuse_message(channel, request, msg)
+            if refused is not None:
+                return refused
         topic = retry_topic(header.group)
         tc = broker.topics.create_topic_in_send_message_back_method(
             topic, cfg.retry_queue_nums, _RW, _UNIT_SUB_FLAG if header.unit_mode else 0
         )
         if not tc.perm & PermName.PERM_WRITE:
             return request.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        msg = look_message(broker.store, header.offset)
-        if msg is None:
-            return request.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {header.offset}")
         props = dict(msg.properties)
         props.setdefault(MessageConst.RETRY_TOPIC, msg.topic)
         props.setdefault(MessageConst.ORIGIN_MESSAGE_ID, msg.msg_id)
