@@ -19,8 +19,6 @@ from .apache_broker import CLASSPATH, CLASSPATH_ENV
 if not CLASSPATH:
     pytest.skip(f"Apache broker not given: set {CLASSPATH_ENV} to 4.9.8's lib/* jars", allow_module_level=True)
 
-from compat_tests.apache_broker import apache_cluster
-from compat_tests.servers import call, free_broker_port
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
@@ -28,6 +26,9 @@ from tests.broker.test_apache_state_files import CONFIG, LEGAL_GROUP, REFUSED
 from tests.ha.procs import Proc, bodies, has_topic, until, write_properties
 from tests.ha.test_chaos_4x import QUEUES, TOPIC, Pair
 from tests.ha.test_slave_sync_refused_names import FILES
+
+from .apache_broker import apache_cluster
+from .servers import call, free_broker_port
 
 pytestmark = pytest.mark.compat
 MESSAGES = 400
