@@ -159,12 +159,18 @@ class SetAside:
                 aside.reasons[key] = reason
         return live, aside
 
+    def update(self, other: SetAside) -> None:
+        """Take ``other``'s entries over these (a slave merging its master's table, as Java's putAll)."""
+        self.entries.update(other.entries)
+        self.reasons.update(other.reasons)
+
     def merged(self, live: Mapping[Any, Any]) -> dict[Any, Any]:
         """``live`` with the set-aside entries after it (a live entry wins over one of the same key)."""
         return {**live, **{k: v for k, v in self.entries.items() if k not in live}}
 
-    def warn(self, path: Path) -> None:
-        """One warning naming the file and every entry set aside, if any."""
+    def warn(self, path: Path | str) -> None:
+        """One warning naming the file (``path``, with where its entries came from) and every entry set aside,
+        if any."""
         if self.reasons:
             log.warn(
                 "{path}: left out {count} {what} (kept in the file, never used): {entries}",

@@ -31,7 +31,6 @@ from gateway.remoting.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
-    InvalidNameError,
     group_problem,
     topic_problem,
 )
@@ -47,17 +46,9 @@ def retry_topic(group: str) -> str:
     return RETRY_GROUP_TOPIC_PREFIX + group
 
 
-def parse_offsets(data: bytes) -> dict[str, dict[int, int]]:
-    """GET_ALL_CONSUMER_OFFSET's body: every key a legal ``topic@group`` (else it raises) and every offset an int."""
-    table, aside = read_offsets(data)
-    if aside.reasons:
-        raise InvalidNameError(next(iter(aside.reasons.values())))
-    return table
-
-
 def read_offsets(data: bytes) -> tuple[dict[str, dict[int, int]], SetAside]:
-    """consumerOffset.json's table, the entries whose ``topic@group`` breaks the name rules set aside; an
-    offset that is not an int raises (and the loader reports the file)."""
+    """consumerOffset.json's table (or GET_ALL_CONSUMER_OFFSET's body), the entries whose ``topic@group``
+    breaks the name rules set aside; an offset that is not an int raises (and the loader reports the file)."""
     table, aside = SetAside.split(fastjson.loads(data).get("offsetTable") or {}, _offset_key_problem)
     return {str(key): {_whole(q): _whole(o) for q, o in queues.items()} for key, queues in table.items()}, aside
 
@@ -154,12 +145,19 @@ class _VersionedTable:
     path: Path
     # Entries of the file under names this broker refuses (see gateway.persist.SetAside).
     set_aside: SetAside
-    # The file's table property.
+    # The file's table property, the entries' name property, the rule their names follow, the file's shape.
     table_key: str
+    name_key: str
+    name_problem: Callable[[str], str | None]
+    wrapper_type: Any
 
-    def _load(self, name_key: str, problem: Callable[[str], str | None], read: Callable[[Any], Any]) -> Any:
-        """The file's wrapper read by ``read`` (None for a fresh start), its refused entries set aside."""
-        loaded = load_with_backup(self.path, lambda b: _read_named_table(b, self.table_key, name_key, problem, read))
+    def read(self, data: bytes) -> tuple[Any, SetAside]:
+        """The file's (or its GET_ALL_* body's) wrapper of the legal entries, and the refused ones set aside."""
+        return _read_named_table(data, self.table_key, self.name_key, self.name_problem, self.wrapper_type.from_json)
+
+    def _load(self) -> Any:
+        """The file's wrapper (None for a fresh start), its refused entries set aside."""
+        loaded = load_with_backup(self.path, self.read)
         if loaded is None:
             return None
         wrapper, self.set_aside = loaded
@@ -180,12 +178,14 @@ class _VersionedTable:
         self.data_version.next_version()
         self.file.changed()
 
-    def replace_all(self, table: dict[str, Any], version: DataVersion) -> defer.Deferred[bool]:
-        """Take another broker's whole table and data version (a slave following its master) unless the
-        versions already match; fires True once it is on disk."""
+    def replace_all(self, table: dict[str, Any], version: DataVersion, set_aside: SetAside) -> defer.Deferred[bool]:
+        """Take another broker's whole table, data version and entries set aside from it (a slave following its
+        master: its file then holds what the master's does) unless the versions already match; fires True once
+        it is on disk."""
         if self.data_version == version:
             return defer.succeed(False)
         self.data_version = version
+        self.set_aside = set_aside
         self.table.clear()
         self.table.update(table)
         self.file.changed()
@@ -202,6 +202,11 @@ class _VersionedTable:
 class TopicConfigManager(_VersionedTable):
     """topics.json: every topic this broker serves, with system topics created at start."""
 
+    table_key = "topicConfigTable"
+    name_key = "topicName"
+    name_problem = staticmethod(topic_problem)
+    wrapper_type = TopicConfigSerializeWrapper
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -216,7 +221,6 @@ class TopicConfigManager(_VersionedTable):
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self.set_aside = SetAside()
-        self.table_key = "topicConfigTable"
         self.on_change = on_change
         self.file = ConfigFile(self.path, self._render, clock, threadpool)
         self._add_system_topics()
@@ -245,7 +249,7 @@ class TopicConfigManager(_VersionedTable):
         self.table[reply] = TopicConfig(reply, 1, 1)
 
     def load(self) -> None:
-        wrapper = self._load("topicName", topic_problem, TopicConfigSerializeWrapper.from_json)
+        wrapper = self._load()
         if wrapper is not None:
             self.table.update(wrapper.topic_config_table)
 
@@ -334,9 +338,11 @@ class ConsumerOffsetManager:
         write_atomically(self.path, fastjson.dumps({"offsetTable": self.set_aside.merged(self.offset_table)}))
         self._dirty = False
 
-    def merge(self, table: dict[str, dict[int, int]]) -> None:
-        """Take another broker's offsets over ours, keeping groups only we know (Java's putAll), and persist."""
+    def merge(self, table: dict[str, dict[int, int]], set_aside: SetAside) -> None:
+        """Take another broker's offsets, and those it sets aside, over ours, keeping groups only we know (Java's
+        putAll), and persist."""
         self.offset_table.update(table)
+        self.set_aside.update(set_aside)
         self.persist()
 
     def persist_if_dirty(self) -> None:
@@ -380,6 +386,11 @@ class ConsumerOffsetManager:
 class SubscriptionGroupManager(_VersionedTable):
     """subscriptionGroup.json: consumer group settings, auto-created on first use."""
 
+    table_key = "subscriptionGroupTable"
+    name_key = "groupName"
+    name_problem = staticmethod(group_problem)
+    wrapper_type = SubscriptionGroupWrapper
+
     def __init__(
         self,
         config: BrokerConfig,
@@ -393,7 +404,6 @@ class SubscriptionGroupManager(_VersionedTable):
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.data_version = DataVersion()
         self.set_aside = SetAside()
-        self.table_key = "subscriptionGroupTable"
         self.file = ConfigFile(self.path, self._render, clock, threadpool)
         for group in (
             "TOOLS_CONSUMER",
@@ -408,7 +418,7 @@ class SubscriptionGroupManager(_VersionedTable):
             self.table[group] = SubscriptionGroupConfig(group)
 
     def load(self) -> None:
-        wrapper = self._load("groupName", group_problem, SubscriptionGroupWrapper.from_json)
+        wrapper = self._load()
         if wrapper is not None:
             self.table.update(wrapper.subscription_group_table)
 

@@ -99,7 +99,7 @@ class ScheduleMessageService:
 
     def load(self) -> None:
         """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
-        self.offset_table, self.set_aside = self._split(load_with_backup(self.path, parse_delay_offsets) or {})
+        self.offset_table, self.set_aside = load_with_backup(self.path, self.read) or ({}, SetAside())
         self.set_aside.warn(self.path)
         store = self.broker.store
         for level, offset in list(self.offset_table.items()):
@@ -108,21 +108,22 @@ class ScheduleMessageService:
             high = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
             self.offset_table[level] = min(max(offset, low), high)
 
-    def replace_offsets(self, table: dict[int, int]) -> None:
-        """Take another broker's delay offsets (a slave following its master) and persist them."""
-        self.offset_table, aside = self._split(table)
-        self.set_aside.entries.update(aside.entries)
+    def replace_offsets(self, table: dict[int, int], set_aside: SetAside) -> None:
+        """Take another broker's delay offsets and those it sets aside (a slave following its master: like
+        Apache's, its file then holds the master's) and persist them."""
+        self.offset_table, self.set_aside = dict(table), set_aside
         self.persist()
 
-    def _split(self, table: dict[int, int]) -> tuple[dict[int, int], SetAside]:
-        """The offsets of this configuration's levels, and the others set aside."""
+    def read(self, data: bytes) -> tuple[dict[int, int], SetAside]:
+        """delayOffset.json (or GET_ALL_DELAY_OFFSET's body): the offsets of this configuration's levels, and
+        the others set aside."""
 
         def problem(level: int, _offset: int) -> str | None:
             if 1 <= level <= self.max_delay_level:
                 return None
             return f"delay level {level} is not in messageDelayLevel (1..{self.max_delay_level})"
 
-        return SetAside.split(table, problem)
+        return SetAside.split(parse_delay_offsets(data), problem)
 
     def persist(self) -> None:
         write_atomically(self.path, _encode(self.set_aside.merged(self.offset_table)))

@@ -8,23 +8,27 @@ merged over the slave's (putAll), delay offsets replaced; each table then reache
 through their coalesced write). A step that fails is logged and the next one still runs. When the VIP port does
 not answer (our master could not bind it, e.g. with ephemeral ports) the topic request goes to the main port,
 which serves every request.
+
+An Apache 4.9.8 master may hold entries under names this broker refuses (a group named "", dotted or long
+names): they are left out of the slave's tables and set aside, as its own state files' are
+(:class:`gateway.persist.SetAside`), so its files still hold what the master's do. One warning names them,
+again only when they change, not every 10 s.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from gateway.remoting import fastjson
-from gateway.remoting.bodies import SubscriptionGroupWrapper, TopicConfigSerializeWrapper
+from gateway.persist import SetAside
 from gateway.remoting.client import split_addr
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 
-from .managers import parse_offsets
-from .schedule import parse_delay_offsets
+from .managers import read_offsets
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -62,6 +66,8 @@ class SlaveSynchronize:
         self._loop = task.LoopingCall(self.sync_all)
         self._loop.clock = broker.reactor
         self._first: Any = None
+        # Per state file, the names of the master's entries last warned of as left out.
+        self._left_out: dict[Path, frozenset[Any]] = {}
 
     @property
     def master_addr(self) -> str | None:
@@ -106,6 +112,13 @@ class SlaveSynchronize:
             raise MasterRefused(f"code {code}: {response.code} {response.remark}")
         return response.body
 
+    def _warn_left_out(self, path: Path, set_aside: SetAside, master: str) -> None:
+        """Warn of the master's entries set aside from ``path``'s table when their names change."""
+        names = frozenset(set_aside.reasons)
+        if names != self._left_out.get(path, frozenset()):
+            self._left_out[path] = names
+            set_aside.warn(f"{path} from master {master}")
+
     @defer.inlineCallbacks
     def _sync_topic_config(self, master: str) -> Any:
         vip = vip_addr(master)
@@ -116,25 +129,34 @@ class SlaveSynchronize:
         except Exception as e:
             log.debug("VIP channel of {master} unusable ({error!r}), using its main port", master=master, error=e)
             body = yield self._fetch(master, RequestCode.GET_ALL_TOPIC_CONFIG)
-        wrapper = TopicConfigSerializeWrapper.from_json(fastjson.loads(body))
-        if (yield self.broker.topics.replace_all(wrapper.topic_config_table, wrapper.data_version)):
+        topics = self.broker.topics
+        wrapper, aside = topics.read(body)
+        self._warn_left_out(topics.path, aside, master)
+        if (yield topics.replace_all(wrapper.topic_config_table, wrapper.data_version, aside)):
             log.info("Update slave topic config from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_consumer_offset(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        self.broker.offsets.merge(parse_offsets(body))
+        table, aside = read_offsets(body)
+        self._warn_left_out(self.broker.offsets.path, aside, master)
+        self.broker.offsets.merge(table, aside)
         log.info("Update slave consumer offset from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_delay_offset(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_DELAY_OFFSET)
-        self.broker.schedule.replace_offsets(parse_delay_offsets(body))
+        schedule = self.broker.schedule
+        table, aside = schedule.read(body)
+        self._warn_left_out(schedule.path, aside, master)
+        schedule.replace_offsets(table, aside)
         log.info("Update slave delay offset from master, {master}", master=master)
 
     @defer.inlineCallbacks
     def _sync_groups(self, master: str) -> Any:
         body = yield self._fetch(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-        wrapper = SubscriptionGroupWrapper.from_json(fastjson.loads(body))
-        if (yield self.broker.groups.replace_all(wrapper.subscription_group_table, wrapper.data_version)):
+        groups = self.broker.groups
+        wrapper, aside = groups.read(body)
+        self._warn_left_out(groups.path, aside, master)
+        if (yield groups.replace_all(wrapper.subscription_group_table, wrapper.data_version, aside)):
             log.info("Update slave Subscription Group from master, {master}", master=master)
