@@ -78,7 +78,7 @@ def apache_cluster(
     home = root / "home"
     (home / "conf").mkdir(parents=True, exist_ok=True)
     (home / "conf" / "logback_namesrv.xml").write_text(LOGBACK)
-    namesrv_port, broker_port = free_port(), free_broker_port()
+    namesrv_port = free_port()
     namesrv_conf = write_properties(
         root / "namesrv.properties", {"listenPort": str(namesrv_port), **(namesrv_settings or {})}
     )
@@ -88,13 +88,28 @@ def apache_cluster(
         root,
         apache_java_argv(NAMESRV_STARTUP, namesrv_conf, jvm=[f"-Drocketmq.home.dir={home}"]),
     )
+    namesrv_addr = f"127.0.0.1:{namesrv_port}"
+    try:
+        with apache_broker(root, namesrv_addr, settings) as broker_addr:
+            yield namesrv_addr, broker_addr
+    finally:
+        namesrv.stop()
+
+
+@contextmanager
+def apache_broker(root: Path, namesrv_addr: str, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Apache's broker ``broker-a`` of DefaultCluster on a free port, the store in ``root/store``, ``settings``
+    over its own, registering with the NameServer at ``namesrv_addr`` (Apache's or ours); its address once it
+    registered there. Leaving stops it (SIGTERM: it writes its config files as it shuts down)."""
+    home = root / "home"
+    broker_port = free_broker_port()
     broker_conf = write_properties(
         root / "broker.conf",
         {
             "brokerClusterName": "DefaultCluster",
             "brokerName": "broker-a",
             "listenPort": str(broker_port),
-            "namesrvAddr": f"127.0.0.1:{namesrv_port}",
+            "namesrvAddr": namesrv_addr,
             "brokerIP1": "127.0.0.1",
             "storePathRootDir": str(root / "store"),
             "storePathCommitLog": str(root / "store" / "commitlog"),
@@ -104,7 +119,6 @@ def apache_cluster(
         },
     )
     broker = Proc("", broker_conf, root, apache_broker_argv(broker_conf, home))
-    namesrv_addr = f"127.0.0.1:{namesrv_port}"
 
     def registered() -> bool:
         response = call(namesrv_addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO), 3)
@@ -112,7 +126,6 @@ def apache_cluster(
 
     try:
         until(registered, 90, "Apache's broker registered")
-        yield namesrv_addr, f"127.0.0.1:{broker_port}"
+        yield f"127.0.0.1:{broker_port}"
     finally:
         broker.stop()
-        namesrv.stop()

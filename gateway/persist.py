@@ -142,6 +142,17 @@ class SetAside:
     reasons: dict[Any, str] = field(default_factory=dict)
 
     @classmethod
+    def split_named(cls, table: Any, name_key: str, problem: Callable[[str], str | None]) -> tuple[Any, SetAside]:
+        """:meth:`split` of a table of named entries (topics.json's, say): set aside those whose key, or whose
+        own ``name_key`` where it differs, ``problem`` refuses."""
+
+        def entry_problem(key: Any, value: Any) -> str | None:
+            name = value.get(name_key) if isinstance(value, dict) else None
+            return problem(str(key)) or (problem(name) if isinstance(name, str) and name != key else None)
+
+        return cls.split(table, entry_problem)
+
+    @classmethod
     def split(cls, table: Any, problem: Callable[[Any, Any], str | None]) -> tuple[Any, SetAside]:
         """``table``'s entries for which ``problem(key, value)`` is None, and the others set aside.
 
@@ -177,8 +188,12 @@ class SetAside:
                 path=str(path),
                 count=len(self.reasons),
                 what="entry" if len(self.reasons) == 1 else "entries",
-                entries="; ".join(f"{_shown_key(k)}: {why}" for k, why in self.reasons.items()),
+                entries=self.described(),
             )
+
+    def described(self) -> str:
+        """Every entry set aside with why, on one line."""
+        return "; ".join(f"{_shown_key(k)}: {why}" for k, why in self.reasons.items())
 
 
 def _shown_key(key: Any) -> str:

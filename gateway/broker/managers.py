@@ -63,15 +63,10 @@ def _read_named_table(
 ) -> tuple[T, SetAside]:
     """A topics.json-like file read by ``read``, the entries under a name (map key or ``name_key``) that
     ``problem`` refuses set aside first."""
-
-    def entry_problem(key: Any, value: Any) -> str | None:
-        name = value.get(name_key) if isinstance(value, dict) else None
-        return problem(str(key)) or (problem(name) if isinstance(name, str) and name != key else None)
-
     obj = fastjson.loads(data)
     if not isinstance(obj, dict):
         return read(obj), SetAside()
-    live, aside = SetAside.split(obj.get(table_key), entry_problem)
+    live, aside = SetAside.split_named(obj.get(table_key), name_key, problem)
     return read({**obj, table_key: live}), aside
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from gateway.config import ConfigError, UpdateRefused, properties_to_string
+from gateway.persist import SetAside
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
     DataVersion,
@@ -43,6 +44,7 @@ from gateway.remoting.headers import (
     WipeWritePermOfBrokerResponseHeader,
 )
 from gateway.remoting.message import body_crc
+from gateway.remoting.names import topic_problem
 
 from .config import NamesrvConfig, update_namesrv_config
 from .kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
@@ -55,15 +57,29 @@ _APPLY_TOPIC_TIP = "\nSee http://rocketmq.apache.org/docs/faq/ for further detai
 
 _INT = struct.Struct(">i")
 
+# Brokers whose refused topics are remembered (to warn only when they change); the oldest is forgotten first.
+_REFUSED_TOPICS_BROKERS = 1024
 
-def decode_register_broker_body(data: bytes, compressed: bool) -> RegisterBrokerBody:
-    """RegisterBrokerBody from JSON, or from the zlib form brokers send with ``compressedRegister=true``.
+
+def decode_register_broker_body(data: bytes, compressed: bool) -> tuple[RegisterBrokerBody, SetAside]:
+    """RegisterBrokerBody from JSON, or from the zlib form brokers send with ``compressedRegister=true``; the
+    topics under names this server refuses (4.9.8 allowed them: a dotted group's retry topic, say) are left
+    out of it and come back set aside, the rest of the body is checked as the codec checks it.
 
     The compressed form: int32 length + DataVersion JSON; int32 topic count; per topic int32 length +
     ``"name readQ writeQ perm FILTER_TYPE"``; int32 length + JSON array of filter servers.
     """
-    if not compressed:
-        return RegisterBrokerBody.from_json(fastjson.loads(data))
+    obj = _uncompressed_register_body(data) if compressed else fastjson.loads(data)
+    wrapper = obj.get("topicConfigSerializeWrapper") if isinstance(obj, dict) else None
+    if not isinstance(wrapper, dict):
+        return RegisterBrokerBody.from_json(obj), SetAside()
+    table, aside = SetAside.split_named(wrapper.get("topicConfigTable"), "topicName", topic_problem)
+    legal = {**obj, "topicConfigSerializeWrapper": {**wrapper, "topicConfigTable": table}}
+    return RegisterBrokerBody.from_json(legal), aside
+
+
+def _uncompressed_register_body(data: bytes) -> dict[str, Any]:
+    """The compressed RegisterBrokerBody as the JSON form's object, read as that form is."""
     raw = zlib.decompress(data)
     pos = 0
 
@@ -85,11 +101,8 @@ def decode_register_broker_body(data: bytes, compressed: bool) -> RegisterBroker
         # TopicConfig.decode ignores anything but exactly five fields.
         if len(parts) == 5:
             table[parts[0]] = dict(zip(keys, parts, strict=True))
-    # Read as the JSON form is: the same field types and name checks.
     wrapper = {"dataVersion": data_version, "topicConfigTable": table}
-    return RegisterBrokerBody.from_json(
-        {"topicConfigSerializeWrapper": wrapper, "filterServerList": fastjson.loads(chunk())}
-    )
+    return {"topicConfigSerializeWrapper": wrapper, "filterServerList": fastjson.loads(chunk())}
 
 
 class DefaultRequestProcessor:
@@ -99,6 +112,9 @@ class DefaultRequestProcessor:
         self.config = config
         self.routes = routes
         self.kv = kv
+        # Broker address -> the hash of the topic names last warned of as refused: the work a registration
+        # makes stays bounded however many names or addresses peers send.
+        self._refused_topics: dict[str, int] = {}
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler."""
@@ -174,11 +190,13 @@ class DefaultRequestProcessor:
             return request.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         if request.body:
             try:
-                body = decode_register_broker_body(request.body, header.compressed)
+                body, refused = decode_register_broker_body(request.body, header.compressed)
             except Exception as e:  # Java: any decode failure is a RemotingCommandException
                 return request.response(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
         else:
             body = RegisterBrokerBody(TopicConfigSerializeWrapper(data_version=DataVersion(timestamp=0, counter=0)))
+            refused = SetAside()
+        self._warn_refused_topics(header.broker_name, header.broker_addr, refused)
         result = self.routes.register_broker(
             header.cluster_name,
             header.broker_addr,
@@ -194,6 +212,27 @@ class DefaultRequestProcessor:
             ext_fields=RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr).encode(),
             body=fastjson.dumps(KVTable(order_topic_config)) if order_topic_config is not None else b"",
         )
+
+    def _warn_refused_topics(self, broker_name: str, broker_addr: str, refused: SetAside) -> None:
+        """One warning naming the topics a broker registered under names this server refuses, again only when
+        they change (brokers register every 30 s)."""
+        if not refused.reasons:
+            self._refused_topics.pop(broker_addr, None)
+            return
+        names = hash(frozenset(refused.reasons))
+        if self._refused_topics.pop(broker_addr, None) != names:
+            log.warn(
+                "broker {name} at {addr} registered {count} {what} under names this NameServer refuses, left out "
+                "of its routes: {topics}",
+                name=broker_name,
+                addr=broker_addr,
+                count=len(refused.reasons),
+                what="topic" if len(refused.reasons) == 1 else "topics",
+                topics=refused.described(),
+            )
+        if len(self._refused_topics) >= _REFUSED_TOPICS_BROKERS:
+            del self._refused_topics[next(iter(self._refused_topics))]
+        self._refused_topics[broker_addr] = names
 
     def unregister_broker(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
         """UNREGISTER_BROKER."""
