@@ -27,9 +27,12 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
 from gateway.remoting.protocol import RemotingServerFactory
 from tests.broker.conftest import BrokerUnderTest, remoting  # noqa: F401
+from tests.broker.test_apache_state_files import DOTS, LEGAL_GROUP, LONG, REFUSED
 from tests.namesrv.conftest import namesrv, namesrv_config  # noqa: F401
 from tests.namesrv.support import register_request
 
+# The bodies Apache's master served for the fixture store whose names REFUSED lists (the slave, like that test's
+# broker, is given two delay levels).
 BODIES = Path(__file__).parent / "fixtures" / "apache-4.9.8-sync"
 SYNC_CODES = (
     RequestCode.GET_ALL_TOPIC_CONFIG,
@@ -37,22 +40,6 @@ SYNC_CODES = (
     RequestCode.GET_ALL_DELAY_OFFSET,
     RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
 )
-LEGAL_GROUP = "please_rename_unique_group_name_4"
-DOTS = "com.example.orders-consumer"
-LONG = "GID_long_" + "0123456789" * 13
-# What the master's bodies hold that the slave refuses, per state file and table property.
-REFUSED = {
-    ("subscriptionGroup.json", "subscriptionGroupTable"): {"", DOTS, LONG},
-    ("topics.json", "topicConfigTable"): {"%RETRY%" + DOTS},
-    ("consumerOffset.json", "offsetTable"): {
-        "%RETRY%@",
-        f"TopicTest@{DOTS}",
-        f"TopicTest@{LONG}",
-        f"%RETRY%{DOTS}@{DOTS}",
-    },
-    # 4.9.8's default messageDelayLevel has 18 levels; the slave is given two.
-    ("delayOffset.json", "offsetTable"): set(range(3, 19)),
-}
 # Each state file's sync request.
 FILES = {
     "subscriptionGroup.json": RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
