@@ -66,9 +66,6 @@ def free_broker_port() -> int:
 
 def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        # As the servers bind (Twisted and Apache's Netty set SO_REUSEADDR): a port whose last connection is in
-        # TIME_WAIT is free to them. Under many short connections most even ports are.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("0.0.0.0", port))  # Apache binds every interface
         except OSError:
