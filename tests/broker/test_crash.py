@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import GatewayServers, call
+from compat_tests.servers import GatewayServers
+from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.codec import FrameDecoder, encode
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -77,29 +78,31 @@ class Sender(threading.Thread):
 
 
 def pull_everything(addr: str) -> Iterator[tuple[int, int, bytes]]:
-    """(queue id, queue offset, body) of every message in the topic, pulled from offset 0."""
-    for qid in range(QUEUES):
-        offset = 0
-        while True:
-            header = PullMessageRequestHeader(
-                consumer_group="crash-cg",
-                topic=TOPIC,
-                queue_id=qid,
-                queue_offset=offset,
-                max_msg_nums=32,
-                sys_flag=0x4,  # subscription in the request, no suspend
-                commit_offset=0,
-                suspend_timeout_millis=0,
-                subscription="*",
-                sub_version=0,
-                expression_type="TAG",
-            )
-            resp = call(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode()))
-            if resp.code != ResponseCode.SUCCESS:
-                break
-            for m in decode_records(resp.body):
-                yield qid, m.queue_offset, m.body
-            offset = int(resp.ext_fields["nextBeginOffset"])
+    """(queue id, queue offset, body) of every message in the topic, pulled from offset 0 over one connection
+    (one a pull would leave tens of thousands in TIME_WAIT, and tests after this one short of ports)."""
+    with BlockingConnection(addr, 5.0) as conn:
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                header = PullMessageRequestHeader(
+                    consumer_group="crash-cg",
+                    topic=TOPIC,
+                    queue_id=qid,
+                    queue_offset=offset,
+                    max_msg_nums=32,
+                    sys_flag=0x4,  # subscription in the request, no suspend
+                    commit_offset=0,
+                    suspend_timeout_millis=0,
+                    subscription="*",
+                    sub_version=0,
+                    expression_type="TAG",
+                )
+                resp = conn.invoke(RemotingCommand.request(RequestCode.PULL_MESSAGE, header.encode()))
+                if resp.code != ResponseCode.SUCCESS:
+                    break
+                for m in decode_records(resp.body):
+                    yield qid, m.queue_offset, m.body
+                offset = int(resp.ext_fields["nextBeginOffset"])
 
 
 def send_and_kill(servers: GatewayServers, senders: int, seconds: float) -> set[bytes]:
