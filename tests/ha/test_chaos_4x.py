@@ -142,7 +142,8 @@ class Pair:
         return codes
 
     def caught_up(self, timeout: float = 30.0) -> int:
-        end = self.max_offset(self.master)
+        # Apache's broker cannot tell for a second after it starts (max_offset): asked again until it can.
+        end = until(lambda: self.max_offset(self.master), 10, "the master's max offset")
         until(lambda: self.max_offset(self.slave) == end, timeout, f"slave at master's {end}")
         return end
 
