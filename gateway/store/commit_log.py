@@ -170,14 +170,21 @@ def check_message_and_return_size(
     return DispatchRequest(topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties)
 
 
-def record_arriving(view: memoryview, pos: int, segment_size: int) -> bool:
+# What a record holds beside its body, at most: the fixed fields, a topic (1-byte length) and properties
+# (2-byte length).
+_MAX_RECORD_OVERHEAD = 256 + 0xFF + 0xFFFF
+
+
+def record_arriving(view: memoryview, pos: int, segment_size: int, max_message_size: int) -> bool:
     """Whether the bytes at ``pos`` may be the head of a record whose rest has not arrived yet (a slave's
     transfer ends inside it): too few to hold its size and magic code, or a record's magic code with a size that
-    reaches past them but not past its segment (no record spans two)."""
+    a record can have, reaching past them but not past its segment (no record spans two)."""
     if len(view) - pos < 8:
         return True
     total = _I.unpack_from(view, pos)[0]
-    return view[pos + _MAGIC_POS : pos + 8] == _MESSAGE_MAGIC and len(view) < pos + total <= segment_size
+    if view[pos + _MAGIC_POS : pos + 8] != _MESSAGE_MAGIC or total > max_message_size + _MAX_RECORD_OVERHEAD:
+        return False
+    return len(view) < pos + total <= segment_size
 
 
 class CommitLog:
@@ -536,9 +543,9 @@ class CommitLog:
         """Offset of the first valid record, its body CRC checked, at or after ``offset`` (in its segment or a
         later contiguous one) and ending by ``end``; None when there is none: a torn tail, or a record still arriving.
 
-        Candidates are where the magic code appears before ``end``, or without ``end`` among the bytes before a
-        segment's first 1 MiB of zeros (``last_nonzero``: the end of the data costs one short read); each must also
-        hold its own offset.
+        Candidates are where the magic code appears before ``end``, or without ``end`` anywhere in a full segment
+        and in the last one before its first 1 MiB of zeros (``last_nonzero``: the end of the data costs one short
+        read); each must also hold its own offset.
         """
         q = self.queue
         first = q.find_mapped_file_by_offset(offset)
@@ -553,7 +560,13 @@ class CommitLog:
                 if f.file_from_offset != files[i - 1].end_offset:
                     return None  # a missing segment: what follows cannot be placed
                 pos = 0
-            limit = f.last_nonzero(pos) if end is None else min(end - f.file_from_offset, f.file_size)
+            if end is not None:
+                limit = min(end - f.file_from_offset, f.file_size)
+            elif f is files[-1]:
+                limit = f.last_nonzero(pos)  # the end of the data: the writer's segment is mostly unwritten
+            else:
+                limit = f.file_size  # a full segment: a long run of zeros (a body's) is no end of data
+
             mm = f.mm
             at = pos + _MAGIC_POS
             while (at := mm.find(_MESSAGE_MAGIC, at, max(limit, at))) >= 0:

@@ -387,7 +387,7 @@ class DefaultMessageStore:
                 except CorruptRecordError as e:
                     # Usually the rest of this record comes with the next transfer; but with a whole record after
                     # it, it is a damaged one the master's recovery skipped: skip it too.
-                    if record_arriving(view, pos, f.file_size):
+                    if record_arriving(view, pos, f.file_size, cl.config.maxMessageSize):
                         return
                     found = cl.next_valid_record(base + pos + 1, end)
                     if found is None:

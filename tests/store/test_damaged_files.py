@@ -77,6 +77,29 @@ def test_damaged_record_mid_segment_loses_only_itself(config: StoreConfig, damag
         store.shutdown()
 
 
+def test_damaged_record_with_a_long_run_of_zeros_in_a_full_segment_loses_only_itself(config: StoreConfig) -> None:
+    """A damaged record's body of 2 MiB of zeros is no end of data in a segment that is full: the records after
+    it in that segment are kept."""
+    config = dataclasses.replace(config, mappedFileSizeCommitLog=8 * SEGMENT)
+    store = DefaultMessageStore(config)
+    store.start()
+    msgs = [make_msg(body=bytes(2 * SEGMENT) if i == 10 else b"%05d" % i + os.urandom(995)) for i in range(9000)]
+    results = [store.put_message(m).append for m in msgs]
+    assert all(results) and results[-1].wrote_offset >= 8 * SEGMENT  # the second segment is written to
+    store.shutdown()
+    bad = results[10]
+    with open(Path(config.commit_log_path) / f"{0:020d}", "r+b") as f:
+        f.seek(bad.wrote_offset + 4)
+        f.write(b"\0\0\0\1")
+    store = DefaultMessageStore(config)
+    report = store.start()
+    try:
+        assert report.skipped == [(bad.wrote_offset, bad.wrote_offset + bad.wrote_bytes)]
+        assert read_all(store) == [m.body for i, m in enumerate(msgs) if i != 10]
+    finally:
+        store.shutdown()
+
+
 def test_torn_tail_after_a_crash_is_still_cut(config: StoreConfig) -> None:
     """Only a damaged stretch with a valid record after it is skipped: the torn last record goes."""
     store = DefaultMessageStore(config)
@@ -140,11 +163,11 @@ def test_index_file_of_the_wrong_length_is_rebuilt(config: StoreConfig) -> None:
         store.shutdown()
 
 
-@pytest.mark.parametrize("damage", ["size", "magic"])
+@pytest.mark.parametrize("damage", ["size", "huge size", "magic"])
 def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tmp_path: Path, damage: str) -> None:
     """A slave copies the master's bytes, damaged ones included; it dispatches what follows them (a damaged
-    size that fits the segment is waited for like a record still arriving, then skipped)."""
-    config = dataclasses.replace(config, mappedFileSizeCommitLog=SEGMENT)
+    size a record can have is waited for like a record still arriving, then skipped; a larger one at once)."""
+    config = dataclasses.replace(config, mappedFileSizeCommitLog=SEGMENT, maxMessageSize=4096)
     store = DefaultMessageStore(config)
     store.start()
     msgs = [make_msg(body=b"%04d" % i + os.urandom(96)) for i in range(200)]
@@ -152,7 +175,7 @@ def test_slave_replicating_a_skipped_record_skips_it_too(config: StoreConfig, tm
     store.shutdown()
     segment = Path(config.commit_log_path) / f"{0:020d}"
     with open(segment, "r+b") as f:
-        at, damaged = DAMAGE[damage]
+        at, damaged = (0, struct.pack(">i", 900_000)) if damage == "huge size" else DAMAGE[damage]
         f.seek(results[100].wrote_offset + at)
         f.write(damaged)
     end = results[-1].wrote_offset + results[-1].wrote_bytes
