@@ -264,6 +264,19 @@ def test_a_store_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_state_files_that_cannot_be_written_are_one_line_and_the_store_is_closed(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (store / "config").mkdir(parents=True)
+    if subprocess.run(["chattr", "+i", str(store / "config")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here")
+    try:
+        line = _one_line(_run(tmp_path, "gateway.broker", "-c", str(_broker_conf(tmp_path, store=store))))
+    finally:
+        subprocess.run(["chattr", "-i", str(store / "config")], check=True)
+    assert line.startswith(f"cannot start: {store / 'config'}") and line.endswith(": Operation not permitted")
+    assert not (store / "abort").exists()  # shut down cleanly: the next start needs no recovery
+
+
 def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 

@@ -174,9 +174,9 @@ class BrokerController(service.Service):
         report = self.store.start()
         log.info("store recovered: {report}", report=report)
         self.store.arriving_listener = self._message_arriving
-        self._load_state_files()
-        self.topics.persist()
         try:
+            self._load_state_files()
+            self.topics.persist()
             self.tls.start()
             if self.acl is not None:
                 self.acl.start()
@@ -221,8 +221,9 @@ class BrokerController(service.Service):
         )
 
     def _abandon_start(self) -> None:
-        """Undo a start that failed before serving (a busy port, unreadable TLS files): the store closed cleanly,
-        so the next start needs no recovery. Nothing was registered, so nothing is unregistered."""
+        """Undo a start that failed before serving (a busy port, unwritable state files, unreadable TLS files): the
+        store closed cleanly, so the next start needs no recovery. Nothing was registered, so nothing is
+        unregistered."""
         for port in self.ports:
             port.stopListening()
         self.ports.clear()
