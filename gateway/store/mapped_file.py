@@ -384,19 +384,22 @@ class MappedFileQueue:
             self.wrote_where = self.flushed_where = self.files[-1].end_offset
         return dropped
 
+    def segment_paths(self) -> list[str]:
+        """Every segment-named file of the directory, listed or not."""
+        with contextlib.suppress(FileNotFoundError):
+            names = sorted(os.listdir(self.store_path))
+            return [os.path.join(self.store_path, n) for n in names if len(n) == _NAME_DIGITS and n.isdigit()]
+        return []
+
     def remove_files(self) -> list[str]:
         """Delete every segment-named file of the directory, listed or not (a derived queue about to be rebuilt);
         returns their paths."""
         self.close()
         self.wrote_where = self.flushed_where = 0
         self._epoch += 1
-        removed = []
-        with contextlib.suppress(FileNotFoundError):
-            for name in sorted(os.listdir(self.store_path)):
-                if len(name) == _NAME_DIGITS and name.isdigit():
-                    path = os.path.join(self.store_path, name)
-                    os.unlink(path)
-                    removed.append(path)
+        removed = self.segment_paths()
+        for path in removed:
+            os.unlink(path)
         return removed
 
     @property

@@ -239,6 +239,7 @@ class DefaultMessageStore:
         """Open the consume queues on disk; returns (files removed, queues emptied to be rebuilt as damaged)."""
         dropped: list[str] = []
         rebuilt: set[tuple[str, int]] = set()
+        damaged: dict[tuple[str, int], tuple[ConsumeQueue, StoreLoadError]] = {}
         root = self.config.consume_queue_root
         try:
             topics = sorted(os.listdir(root))
@@ -261,14 +262,31 @@ class DefaultMessageStore:
                 try:
                     dropped += cq.load()
                 except StoreLoadError as e:
-                    # Derived from the commitlog: rebuilt from it by recovery rather than refusing to start.
-                    log.warning(
-                        "consume queue %s-%d is damaged (%s): rebuilding it from the commitlog", topic, queue_id, e
-                    )
-                    dropped += cq.queue.remove_files()
-                    rebuilt.add((topic, queue_id))
+                    damaged[(topic, queue_id)] = (cq, e)
                 self.consume_queue_table[(topic, queue_id)] = cq
+        self._check_consume_queue_file_size(damaged)
+        for (topic, queue_id), (cq, e) in damaged.items():
+            # Derived from the commitlog: rebuilt from it by recovery rather than refusing to start.
+            log.warning("consume queue %s-%d is damaged (%s): rebuilding it from the commitlog", topic, queue_id, e)
+            dropped += cq.queue.remove_files()
+            rebuilt.add((topic, queue_id))
         return dropped, rebuilt
+
+    def _check_consume_queue_file_size(
+        self, damaged: dict[tuple[str, int], tuple[ConsumeQueue, StoreLoadError]]
+    ) -> None:
+        """StoreLoadError naming ``mappedFileSizeConsumeQueue`` when every consume-queue file on disk, two or more,
+        has the same other length: the setting changed (Java refuses then too); damage is rebuilt, a setting is not.
+        """
+        if len(damaged) != len(self.consume_queue_table):
+            return
+        sizes = [os.path.getsize(f) for cq, _ in damaged.values() for f in cq.queue.segment_paths()]
+        if len(sizes) >= 2 and len(set(sizes)) == 1:
+            raise StoreLoadError(
+                f"{self.config.consume_queue_root}: every consume-queue file is {sizes[0]} bytes long, but "
+                f"mappedFileSizeConsumeQueue makes them {self.config.consume_queue_file_size}: set it as the store "
+                "was written"
+            )
 
     def _rebuild_topic_queue_table(self) -> None:
         min_phy = self.commit_log.min_offset

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.remoting.message import decode_records, property_value
-from gateway.store import DefaultMessageStore, StoreConfig
+from gateway.store import DefaultMessageStore, StoreConfig, StoreLoadError
 
 from .conftest import CL_SIZE, CQ_SIZE, crash, make_msg
 from .test_recovery import fill, read_all
@@ -141,6 +141,24 @@ def test_consume_queue_file_of_the_wrong_length_is_rebuilt(config: StoreConfig, 
     finally:
         store.shutdown()
     assert os.path.getsize(damaged) == CQ_SIZE
+
+
+def test_consume_queues_of_another_file_size_are_a_setting_not_damage(config: StoreConfig) -> None:
+    """Every consume-queue file of another length: mappedFileSizeConsumeQueue changed. Refused, as Java refuses,
+    rather than every queue deleted and rebuilt (and again when the setting is put back)."""
+    store = DefaultMessageStore(config)
+    store.start()
+    fill(store, 40, "A", 0)
+    fill(store, 10, "B", 1)
+    store.shutdown()
+    with pytest.raises(StoreLoadError, match=r"mappedFileSizeConsumeQueue makes them 640: set it as the store"):
+        DefaultMessageStore(dataclasses.replace(config, mappedFileSizeConsumeQueue=2 * CQ_SIZE)).start()
+    store = DefaultMessageStore(config)
+    report = store.start()
+    try:
+        assert report.queues_rebuilt == [] and read_all(store, "B", 1) != []
+    finally:
+        store.shutdown()
 
 
 def test_index_file_of_the_wrong_length_is_rebuilt(config: StoreConfig) -> None:
