@@ -196,6 +196,26 @@ class SetAside:
         return "; ".join(f"{_shown_key(k)}: {why}" for k, why in self.reasons.items())
 
 
+class SetAsideMemo:
+    """The names last set aside per source (a state file, a broker), to warn only when they change: peers send
+    them every few seconds. Keeps a hash per source, for at most ``limit`` sources (the oldest forgotten first)."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self._names: dict[Any, int] = {}
+
+    def changed(self, source: Any, set_aside: SetAside) -> bool:
+        """Whether ``source`` sets aside other names than last time (an empty set is never news)."""
+        last = self._names.pop(source, None)
+        if not set_aside.reasons:
+            return False
+        names = hash(frozenset(set_aside.reasons))
+        if len(self._names) >= self.limit:
+            del self._names[next(iter(self._names))]
+        self._names[source] = names
+        return names != last
+
+
 def _shown_key(key: Any) -> str:
     # One short printable line whatever the key holds: JSON-quoted (escapes control characters), cut at 100.
     text = "/".join(map(str, key)) if isinstance(key, tuple) else str(key)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from gateway.persist import SetAside
+from gateway.persist import SetAside, SetAsideMemo
 from gateway.remoting.client import split_addr
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -67,7 +67,7 @@ class SlaveSynchronize:
         self._loop.clock = broker.reactor
         self._first: Any = None
         # Per state file, the names of the master's entries last warned of as left out.
-        self._left_out: dict[Path, frozenset[Any]] = {}
+        self._left_out = SetAsideMemo()
 
     @property
     def master_addr(self) -> str | None:
@@ -114,9 +114,7 @@ class SlaveSynchronize:
 
     def _warn_left_out(self, path: Path, set_aside: SetAside, master: str) -> None:
         """Warn of the master's entries set aside from ``path``'s table when their names change."""
-        names = frozenset(set_aside.reasons)
-        if names != self._left_out.get(path, frozenset()):
-            self._left_out[path] = names
+        if self._left_out.changed(path, set_aside):
             set_aside.warn(f"{path} from master {master}")
 
     @defer.inlineCallbacks

@@ -14,7 +14,7 @@ from typing import Any
 from twisted.logger import Logger
 
 from gateway.config import ConfigError, UpdateRefused, properties_to_string
-from gateway.persist import SetAside
+from gateway.persist import SetAside, SetAsideMemo
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
     DataVersion,
@@ -56,9 +56,6 @@ log = Logger()
 _APPLY_TOPIC_TIP = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 _INT = struct.Struct(">i")
-
-# Brokers whose refused topics are remembered (to warn only when they change); the oldest is forgotten first.
-_REFUSED_TOPICS_BROKERS = 1024
 
 
 def decode_register_broker_body(data: bytes, compressed: bool) -> tuple[RegisterBrokerBody, SetAside]:
@@ -112,9 +109,8 @@ class DefaultRequestProcessor:
         self.config = config
         self.routes = routes
         self.kv = kv
-        # Broker address -> the hash of the topic names last warned of as refused: the work a registration
-        # makes stays bounded however many names or addresses peers send.
-        self._refused_topics: dict[str, int] = {}
+        # The topic names each broker address registered that this server refuses, to warn when they change.
+        self._refused_topics = SetAsideMemo()
 
     def handlers(self) -> dict[int, Handler]:
         """Request code → handler."""
@@ -216,11 +212,7 @@ class DefaultRequestProcessor:
     def _warn_refused_topics(self, broker_name: str, broker_addr: str, refused: SetAside) -> None:
         """One warning naming the topics a broker registered under names this server refuses, again only when
         they change (brokers register every 30 s)."""
-        if not refused.reasons:
-            self._refused_topics.pop(broker_addr, None)
-            return
-        names = hash(frozenset(refused.reasons))
-        if self._refused_topics.pop(broker_addr, None) != names:
+        if self._refused_topics.changed(broker_addr, refused):
             log.warn(
                 "broker {name} at {addr} registered {count} {what} under names this NameServer refuses, left out "
                 "of its routes: {topics}",
@@ -230,9 +222,6 @@ class DefaultRequestProcessor:
                 what="topic" if len(refused.reasons) == 1 else "topics",
                 topics=refused.described(),
             )
-        if len(self._refused_topics) >= _REFUSED_TOPICS_BROKERS:
-            del self._refused_topics[next(iter(self._refused_topics))]
-        self._refused_topics[broker_addr] = names
 
     def unregister_broker(self, _channel: Any, request: RemotingCommand) -> RemotingCommand:
         """UNREGISTER_BROKER."""
