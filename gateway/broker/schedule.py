@@ -25,6 +25,7 @@ from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, p
 from gateway.remoting.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
+from gateway.store.consume_queue import BLANK_UNIT_SIZE
 
 from .inner import inner_from_ext, look_message
 
@@ -170,7 +171,10 @@ class ScheduleMessageService:
             unit = cq.get_unit(offset)
             if unit is None:
                 break
-            phy, _size, deliver_at = unit
+            phy, size, deliver_at = unit
+            if size == BLANK_UNIT_SIZE:  # stands for a record recovery skipped: nothing to deliver
+                offset += 1
+                continue
             now = now_ms()
             # A time further ahead than the level's delay (clock moved back) is due now (correctDeliverTimestamp).
             if now < deliver_at <= now + delay:

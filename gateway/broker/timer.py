@@ -26,6 +26,7 @@ from gateway.remoting.codes import PermName
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
+from gateway.store.consume_queue import BLANK_UNIT_SIZE
 
 from .inner import inner_from_ext, look_message
 from .schedule import int_property
@@ -112,7 +113,9 @@ class TimerMessageService:
             unit = cq.get_unit(self.read_offset)
             if unit is None:
                 break
-            if self.read_offset not in self.delivered:
+            if unit[1] == BLANK_UNIT_SIZE:  # stands for a record recovery skipped: done with at once
+                self.delivered.add(self.read_offset)
+            elif self.read_offset not in self.delivered:
                 heapq.heappush(self.pending, (unit[2], self.read_offset, unit[0]))
             self.read_offset += 1
         now = now_ms()

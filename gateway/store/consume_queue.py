@@ -15,7 +15,6 @@ log = logging.getLogger(__name__)
 
 # commitlog offset (int64), record size (int32), tagsCode (int64)
 _UNIT = struct.Struct(">qiq")
-_OFFSET = struct.Struct(">q")
 # Java front-pads a queue whose first file starts late with these (offset 0, size Integer.MAX_VALUE, tag 0).
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 _BLANK_UNIT = _UNIT.pack(0, BLANK_UNIT_SIZE, 0)
@@ -170,13 +169,16 @@ class ConsumeQueue:
             self.min_logic_offset = max(self.min_logic_offset, self.queue.wrote_where)
 
     def delete_expired_file(self, phy_min_offset: int) -> list[MappedFile]:
-        """Detach the oldest files (never the newest) whose last unit points below commitlog ``phy_min_offset``,
-        then correct the min offset (``deleteExpiredFile``).  The caller destroys the returned files."""
+        """Detach the oldest files (never the newest) whose last non-blank unit points below commitlog
+        ``phy_min_offset``, then correct the min offset (``deleteExpiredFile``).  The caller destroys the returned
+        files.
+
+        A file of blank units only holds nothing to read: it counts as pointing at 0, as Java reads a blank.
+        """
         files = self.queue.files
         count = 0
         for f in files[:-1]:
-            (last_offset,) = _OFFSET.unpack_from(f.mm, f.file_size - CQ_STORE_UNIT_SIZE)
-            if last_offset >= phy_min_offset:
+            if _last_real_offset(f.view) >= phy_min_offset:
                 break
             count += 1
         expired = self.queue.detach_first(count)
@@ -197,23 +199,33 @@ class ConsumeQueue:
         left_time = right_time = -1
         while low <= high:
             mid = (low + high) // 2
-            unit = self.get_unit(mid)
-            if unit is None:
-                return 0
-            mid_time = store_time(unit[0], unit[1])
+            probe = self._nearest_real_unit(mid, low, high)
+            if probe is None:
+                break  # only blanks left between low and high
+            at, (offset, size, _) = probe
+            mid_time = store_time(offset, size)
+            # Whatever lies between mid and the probe is blank: step past both.
             if mid_time < 0:  # no longer in the commitlog: older than anything still there
-                low = mid + 1
+                low = max(at, mid) + 1
             elif mid_time < timestamp:
-                left, left_time = mid, mid_time
-                low = mid + 1
+                left, left_time = at, mid_time
+                low = max(at, mid) + 1
             else:
-                right, right_time = mid, mid_time
-                high = mid - 1
+                right, right_time = at, mid_time
+                high = min(at, mid) - 1
         if right < 0:
             return max(left, 0)
         if left < 0 or right_time == timestamp:
             return right
         return right if timestamp - left_time > right_time - timestamp else left
+
+    def _nearest_real_unit(self, index: int, low: int, high: int) -> tuple[int, tuple[int, int, int]] | None:
+        """(logical offset, unit) of the first non-blank unit from ``index`` up to ``high``, else down to ``low``."""
+        for at in (*range(index, high + 1), *range(index - 1, low - 1, -1)):
+            unit = self.get_unit(at)
+            if unit is not None and unit[1] != BLANK_UNIT_SIZE:
+                return at, unit
+        return None
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> tuple[int, list[str]]:
         """Drop units pointing at or past commitlog ``phy_offset``; returns (units dropped, deleted files)."""
@@ -222,7 +234,8 @@ class ConsumeQueue:
         floor = q.min_offset
         while end > floor:
             unit = self._unit_at(end - CQ_STORE_UNIT_SIZE)
-            if unit is None or unit[0] < phy_offset:
+            # A blank points nowhere: it goes with the units after it until one below the cut is found.
+            if unit is None or (unit[0] < phy_offset and unit[1] != BLANK_UNIT_SIZE):
                 break
             end -= CQ_STORE_UNIT_SIZE
         dropped_units = (q.wrote_where - end) // CQ_STORE_UNIT_SIZE
@@ -273,3 +286,12 @@ class ConsumeQueue:
         self.queue.destroy()
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+def _last_real_offset(units: memoryview) -> int:
+    """Commitlog offset of the last non-blank unit in a full file of ``units``; 0 if all are blank."""
+    for at in range(len(units) - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):
+        offset, size, _ = _UNIT.unpack_from(units, at)
+        if size != BLANK_UNIT_SIZE:
+            return offset
+    return 0

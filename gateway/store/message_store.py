@@ -648,7 +648,7 @@ class DefaultMessageStore:
         """Whether the message at ``offset`` is further behind the commitlog's end than the in-memory ratio."""
         cq = self.consume_queue_table.get((topic, queue_id))
         unit = cq.get_unit(offset) if cq else None
-        if unit is None:
+        if unit is None or unit[1] == BLANK_UNIT_SIZE:
             return False
         return self.commit_log.max_offset - unit[0] > self._memory_budget()
 

@@ -6,6 +6,7 @@ import time
 
 import pytest_twisted
 
+from gateway.broker.controller import BrokerController
 from gateway.broker.timer import TIMER_TOPIC
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -186,5 +187,63 @@ async def test_timer_properties_are_ignored_when_the_timer_is_off(make_broker) -
         await create_topic(broker, "TimerOff", 1)
         assert (await send(broker, "TimerOff", b"now", {"TIMER_DELAY_SEC": "60"})).code == ResponseCode.SUCCESS
         assert [m.body for m in await pull_all(broker, "TimerOff")] == [b"now"]
+    finally:
+        await broker.stop()
+
+
+def park_three_blank_the_middle(controller: BrokerController, topic: str, queue_id: int, real_topic: str) -> None:
+    """Park a, b, c (due in 1 s) in ``topic``'s queue, a first in the store; then blank b's unit, as recovery does
+    when it skips b's record as damaged."""
+    now = int(time.time() * 1000)
+    props = {"REAL_TOPIC": real_topic, "REAL_QID": "0"}
+    if topic == SCHEDULE_TOPIC:
+        props["DELAY"] = "1"
+    appended = []
+    for body in (b"a", b"b", b"c"):
+        parked = MessageExtBrokerInner(
+            topic=topic,
+            queue_id=queue_id,
+            flag=0,
+            body=body,
+            properties=properties_to_string(props),
+            tags_code=now + 1000,
+            sys_flag=0,
+            born_timestamp=now,
+            born_host=controller.store_host,
+            store_host=controller.store_host,
+        )
+        result = controller.store.put_message(parked)
+        assert result.ok
+        appended.append(result.append)
+    assert appended[0].wrote_offset == 0  # what a blank unit used to be read as
+    b = appended[1]
+    cq = controller.store.consume_queue_table[(topic, queue_id)]
+    assert cq.blank_units_in(b.wrote_offset, b.wrote_offset + b.wrote_bytes) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_delay_level_delivery_passes_over_a_blank_unit(make_broker) -> None:
+    broker = make_broker(messageDelayLevel=FAST_LEVELS)
+    controller = broker.start()
+    try:
+        await create_topic(broker, "Blanked", 1)
+        park_three_blank_the_middle(controller, SCHEDULE_TOPIC, 0, "Blanked")
+        await wait_for(broker, "Blanked", 3, timeout=2.5)
+        assert [m.body for m in await pull_all(broker, "Blanked")] == [b"a", b"c"]
+    finally:
+        await broker.stop()
+    saved = fastjson.loads((broker.root / "store" / "config" / "delayOffset.json").read_bytes())
+    assert saved["offsetTable"][1] == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_timer_delivery_passes_over_a_blank_unit(make_broker) -> None:
+    broker = make_broker()
+    controller = broker.start()
+    try:
+        await create_topic(broker, "BlankedTimer", 1)
+        park_three_blank_the_middle(controller, TIMER_TOPIC, 0, "BlankedTimer")
+        await wait_for(broker, "BlankedTimer", 3, timeout=2.5)
+        assert [m.body for m in await pull_all(broker, "BlankedTimer")] == [b"a", b"c"]
     finally:
         await broker.stop()
