@@ -161,12 +161,9 @@ class _VersionedTable:
         return wrapper
 
     def _render(self) -> bytes:
-        body = self._json()
+        body = self.wrapper_type(self.table, self.data_version).to_json()
         body[self.table_key] = self.set_aside.merged(body[self.table_key])
         return _pretty(body)
-
-    def _json(self) -> dict[str, Any]:
-        raise NotImplementedError
 
     def _set(self, name: str, value: Any) -> None:
         self.table[name] = value
@@ -247,9 +244,6 @@ class TopicConfigManager(_VersionedTable):
         wrapper = self._load()
         if wrapper is not None:
             self.table.update(wrapper.topic_config_table)
-
-    def _json(self) -> dict[str, Any]:
-        return self.wrapper().to_json()
 
     def persist(self) -> None:
         """Write topics.json now."""
@@ -420,9 +414,6 @@ class SubscriptionGroupManager(_VersionedTable):
     def persist(self) -> None:
         """Write subscriptionGroup.json now."""
         self.file.write_now()
-
-    def _json(self) -> dict[str, Any]:
-        return SubscriptionGroupWrapper(self.table, self.data_version).to_json()
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, auto-created when ``autoCreateSubscriptionGroup`` is on."""

@@ -81,23 +81,22 @@ def _parse(data: bytes) -> tuple[dict[str, dict[str, str]], SetAside]:
     table = obj.get("configTable") if isinstance(obj, dict) else None
     if not isinstance(table, dict):
         raise ValueError("no configTable object")
-    live: dict[str, dict[str, str]] = {}
-    aside = SetAside()
-    for namespace, kv in table.items():
-        namespace = str(namespace)
-
-        def problem(key: Any, value: Any, namespace: str = namespace) -> str | None:
-            if not isinstance(value, (str, int, float)):
-                return f"the value is {'null' if value is None else 'not text'}"
-            return topic_problem(str(key)) if namespace == NAMESPACE_ORDER_TOPIC_CONFIG else None
-
-        kv_live, kv_aside = SetAside.split(kv or {}, problem)
-        if not isinstance(kv_live, dict):
-            raise ValueError(f"namespace {namespace!r} is not an object")
-        live[namespace] = {str(k): _text(v) for k, v in kv_live.items()}
-        aside.entries.update({(namespace, k): v for k, v in kv_aside.entries.items()})
-        aside.reasons.update({(namespace, k): why for k, why in kv_aside.reasons.items()})
+    if not all(isinstance(kv or {}, dict) for kv in table.values()):
+        raise ValueError("a namespace is not an object")
+    # Split as one table keyed (namespace, key), then grouped again.
+    flat = {(str(namespace), key): value for namespace, kv in table.items() for key, value in (kv or {}).items()}
+    kept, aside = SetAside.split(flat, _kv_problem)
+    live: dict[str, dict[str, str]] = {str(namespace): {} for namespace in table}
+    for (namespace, key), value in kept.items():
+        live[namespace][str(key)] = _text(value)
     return live, aside
+
+
+def _kv_problem(key: tuple[str, Any], value: Any) -> str | None:
+    namespace, name = key
+    if not isinstance(value, (str, int, float)):
+        return f"the value is {'null' if value is None else 'not text'}"
+    return topic_problem(str(name)) if namespace == NAMESPACE_ORDER_TOPIC_CONFIG else None
 
 
 def _text(value: str | int | float) -> str:
