@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +26,7 @@ def startup_failure(error: BaseException) -> str | None:
     if isinstance(error, StoreLoadError):
         return f"cannot start the store: {error}"
     if isinstance(error, OSError) and error.filename is not None:
-        # makedirs on a regular file says "File exists": say what is wrong with it.
-        reason = "exists and is not a directory" if error.errno == errno.EEXIST else error.strerror
-        return f"cannot start: {error.filename}: {reason}"
+        return f"cannot start: {error.filename}: {error.strerror}"
     return None
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from gateway.acl.signer import SessionCredentials
 from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.client import split_addr
 from gateway.remoting.codec import ProtocolError
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -46,8 +47,11 @@ def namesrv_addrs(text: str) -> list[str]:
 
 def check_addr(addr: str) -> str:
     """``addr`` when it is ``host:port`` (a port of 1 to 65535), else ValueError saying what is wrong."""
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    try:
+        host, port = split_addr(addr)
+    except ValueError:
+        host, port = "", 0
+    if not host or not 0 < port < 65536:
         raise ValueError(f"bad address {addr!r}: want host:port, e.g. 127.0.0.1:9876")
     return addr
 

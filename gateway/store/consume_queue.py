@@ -250,12 +250,13 @@ class ConsumeQueue:
             self.min_logic_offset = end
         return dropped_units, dropped
 
-    def blank_units_in(self, start: int, end: int) -> int:
-        """Overwrite with blank units (which pulls pass over) the units pointing into commitlog [start, end), a
-        stretch recovery skipped as damaged; returns how many.  Walks back from the newest unit to the first
-        pointing below ``start``."""
+    def blank_units_in(self, ranges: list[tuple[int, int]]) -> int:
+        """Overwrite with blank units (which pulls pass over) the units pointing into any of the commitlog
+        ``ranges`` ([start, end), in order), stretches recovery skipped as damaged; returns how many.  Walks back
+        once from the newest unit to the first pointing below the first range."""
         q = self.queue
         blanked = 0
+        first = ranges[0][0]
         at = q.wrote_where - CQ_STORE_UNIT_SIZE
         while at >= self.min_logic_offset:
             f = q.find_mapped_file_by_offset(at)
@@ -263,9 +264,9 @@ class ConsumeQueue:
                 break
             offset, size, _ = _UNIT.unpack_from(f.mm, at - f.file_from_offset)
             if size != BLANK_UNIT_SIZE:
-                if offset < start:
+                if offset < first:
                     break
-                if offset < end:
+                if any(start <= offset < end for start, end in ranges):
                     pos = at - f.file_from_offset
                     f.mm[pos : pos + CQ_STORE_UNIT_SIZE] = _BLANK_UNIT
                     q.flushed_where = min(q.flushed_where, at)  # the next flush syncs the change

@@ -219,9 +219,9 @@ class DefaultMessageStore:
         report.records_kept, report.bytes_truncated, dropped, report.skipped = cl.recover(start, on_record, abnormal)
         report.files_dropped += dropped
         report.max_phy_offset = end = cl.max_offset
-        for skip_start, skip_end in report.skipped:
+        if report.skipped:
             for cq in self.consume_queue_table.values():
-                report.cq_units_blanked += cq.blank_units_in(skip_start, skip_end)
+                report.cq_units_blanked += cq.blank_units_in(report.skipped)
         for cq in self.consume_queue_table.values():
             if cq.max_physic_offset > end:
                 units, dropped = cq.truncate_dirty_logic_files(end)

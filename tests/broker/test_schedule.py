@@ -218,7 +218,7 @@ def park_three_blank_the_middle(controller: BrokerController, topic: str, queue_
     assert appended[0].wrote_offset == 0  # what a blank unit used to be read as
     b = appended[1]
     cq = controller.store.consume_queue_table[(topic, queue_id)]
-    assert cq.blank_units_in(b.wrote_offset, b.wrote_offset + b.wrote_bytes) == 1
+    assert cq.blank_units_in([(b.wrote_offset, b.wrote_offset + b.wrote_bytes)]) == 1
 
 
 @pytest_twisted.ensureDeferred

@@ -19,7 +19,7 @@ def queue_of(root: Path, count: int, blank: range) -> ConsumeQueue:
     for i in range(count):
         assert cq.put_message_position_info(1000 + i * SIZE, SIZE, 0, i)
     if blank:
-        assert cq.blank_units_in(1000 + blank.start * SIZE, 1000 + blank.stop * SIZE) == len(blank)
+        assert cq.blank_units_in([(1000 + blank.start * SIZE, 1000 + blank.stop * SIZE)]) == len(blank)
     return cq
 
 

@@ -100,6 +100,29 @@ def test_damaged_record_with_a_long_run_of_zeros_in_a_full_segment_loses_only_it
         store.shutdown()
 
 
+def test_two_damaged_records_lose_two_messages(config: StoreConfig) -> None:
+    config = dataclasses.replace(config, mappedFileSizeCommitLog=SEGMENT)
+    store = DefaultMessageStore(config)
+    store.start()
+    msgs = [make_msg(body=b"%04d" % i + os.urandom(996)) for i in range(600)]
+    results = [store.put_message(m).append for m in msgs]
+    store.shutdown()
+    with open(Path(config.commit_log_path) / f"{0:020d}", "r+b") as f:
+        for bad in (results[100], results[400]):
+            f.seek(bad.wrote_offset + 4)
+            f.write(b"\0\0\0\1")
+    store = DefaultMessageStore(config)
+    report = store.start()
+    try:
+        assert report.skipped == [
+            (r.wrote_offset, r.wrote_offset + r.wrote_bytes) for r in (results[100], results[400])
+        ]
+        assert report.cq_units_blanked == 2
+        assert read_all(store) == [m.body for i, m in enumerate(msgs) if i not in (100, 400)]
+    finally:
+        store.shutdown()
+
+
 def test_torn_tail_after_a_crash_is_still_cut(config: StoreConfig) -> None:
     """Only a damaged stretch with a valid record after it is skipped: the torn last record goes."""
     store = DefaultMessageStore(config)
