@@ -6,6 +6,7 @@ Runs only when ``ROCKETMQ_JAVA_CLASSPATH`` is set (see test_java.py); the server
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from gateway.tls.certs import DevPki
 
 from . import test_java
-from .secure_servers import APP
+from .secure_servers import ADMIN, APP, PLAIN_ACL_YML
 from .servers import GatewayServers
 from .test_java import COUNT, _jdk_tool, _unique, assert_ok, run_java
 
@@ -213,3 +214,43 @@ def test_mqadmin_acl_commands(acl_servers: GatewayServers, tmp_path: Path) -> No
     assert yaml.safe_load(plain.read_text())["globalWhiteRemoteAddresses"] == ["10.10.10.*"]
     out = mqadmin("deleteAclConfig", "-a", "mqadminUser")
     assert "mqadminUser" not in plain.read_text()
+
+
+@pytest.mark.skipif(not MQADMIN_CLASSPATH, reason="mqadmin not given: set ROCKETMQ_MQADMIN_CLASSPATH to its jars")
+def test_mqadmin_against_a_name_server_with_acl(tmp_path: Path) -> None:
+    """Apache's mqadmin signs NameServer requests with its tools.yml: reads need no keys, wiping a broker's
+    write permission needs an admin account's."""
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    acl = {"aclEnable": "true", "rocketmqHome": str(home)}
+    credentials = json.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
+    servers = GatewayServers(
+        tmp_path / "servers", {**acl, "innerClientAuthenticationCredentials": credentials}, namesrv_config=acl,
+        sign=ADMIN.sign,
+    ).start()  # fmt: skip
+
+    def mqadmin(keys: tuple[str, str] | None, *args: str) -> subprocess.CompletedProcess[str]:
+        tools = tmp_path / ("admin" if keys else "anonymous")
+        (tools / "conf").mkdir(parents=True, exist_ok=True)
+        if keys:
+            (tools / "conf" / "tools.yml").write_text(f"accessKey: {keys[0]}\nsecretKey: {keys[1]}\n")
+        (tools / "conf" / "logback_tools.xml").write_text('<configuration><root level="OFF"/></configuration>\n')
+        return subprocess.run(
+            [_jdk_tool("java"), "-Xmx256m", f"-Drocketmq.home.dir={tools}", f"-Duser.home={tmp_path}", "-cp",
+             MQADMIN_CLASSPATH, "org.apache.rocketmq.tools.command.MQAdminStartup", *args,
+             "-n", servers.namesrv_addr],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    try:
+        listed = mqadmin(None, "clusterList")
+        assert listed.returncode == 0 and "broker-a" in listed.stdout, listed.stdout + listed.stderr
+        refused = mqadmin(None, "wipeWritePerm", "-b", "broker-a")
+        assert "No accessKey is configured" in refused.stdout + refused.stderr
+        refused = mqadmin((APP.access_key, APP.secret_key), "wipeWritePerm", "-b", "broker-a")
+        assert "Need admin permission" in refused.stdout + refused.stderr
+        wiped = mqadmin((ADMIN.access_key, ADMIN.secret_key), "wipeWritePerm", "-b", "broker-a")
+        assert "wipe write perm of broker[broker-a] in name server" in wiped.stdout, wiped.stdout + wiped.stderr
+    finally:
+        servers.stop()
