@@ -30,7 +30,7 @@ from gateway.remoting.message import decode_records
 from .conftest import BrokerUnderTest
 from .test_broker_server import create_topic, send
 
-V5_3_3 = 505  # MQVersion.Version.V5_3_3.ordinal()
+V5_3_3 = 479  # MQVersion.Version.V5_3_3.ordinal()
 
 
 def java_frame(code: int, ext: dict[str, str], opaque: int = 7, body: bytes = b"") -> bytes:
