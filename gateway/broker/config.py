@@ -86,6 +86,9 @@ class BrokerConfig:
     reviveInterval: int = 1000
     reviveMaxSlow: int = 3
     popFromRetryProbability: int = 20
+    # A group without an offset that pops from the queue's end (ConsumeInitMode.MAX) still starts at its first
+    # message while the queue starts at 0 and that message is within the in-memory share of the commitlog.
+    initPopOffsetByCheckMsgInMem: bool = True
     popPollingSize: int = 1024
     popPollingMapSize: int = 100000
     maxPopPollingSize: int = 100000

@@ -38,6 +38,7 @@ def pop_header(
     exp: str | None = None,
     exp_type: str | None = None,
     max_nums: int = 32,
+    init_mode: int = 0,
 ) -> PopMessageRequestHeader:
     return PopMessageRequestHeader(
         consumer_group=group,
@@ -47,7 +48,7 @@ def pop_header(
         invisible_time=invisible_ms,
         poll_time=poll_ms,
         born_time=int(time.time() * 1000),
-        init_mode=0,
+        init_mode=init_mode,
         exp_type=exp_type,
         exp=exp,
     )
@@ -342,3 +343,21 @@ async def test_revive_holds_a_bounded_number_of_checkpoints(
         assert sorted(seen) == [b"c0", b"c2"], seen
     finally:
         await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_new_group_start_by_init_mode(make_broker, remoting: RemotingClient) -> None:  # type: ignore[no-untyped-def]
+    """ConsumeInitMode.MIN starts a new group at the queue's first message; MAX at its last, unless the queue
+    starts at 0 and that message is in memory (initPopOffsetByCheckMsgInMem, on by default)."""
+    for in_mem, expected in (("true", [b"i0", b"i1", b"i2"]), ("false", [b"i2"])):
+        broker = make_broker(initPopOffsetByCheckMsgInMem=in_mem, **POP_CONFIG)
+        broker.start()
+        try:
+            topic = f"PopInit{in_mem}"
+            await fill(broker, topic, [b"i0", b"i1", b"i2"])
+            latest = await pop(remoting, broker, pop_header(topic, "maxGroup", init_mode=1))
+            assert [m.body for m in latest.messages] == expected
+            earliest = await pop(remoting, broker, pop_header(topic, "minGroup", init_mode=0))
+            assert [m.body for m in earliest.messages] == [b"i0", b"i1", b"i2"]
+        finally:
+            await broker.stop()

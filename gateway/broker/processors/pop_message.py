@@ -188,7 +188,8 @@ class PopMessageProcessor:
 
     def pop_offset(self, topic: str, group: str, queue_id: int, init_mode: int) -> int:
         """The group's offset in the queue; a group without one starts (and commits) at the queue's start for
-        ConsumeInitMode.MIN and retry topics, else at its last message (getPopOffset / getInitOffset)."""
+        ConsumeInitMode.MIN and retry topics, else at its last message, or at 0 while the queue starts there
+        in memory (getPopOffset / getInitOffset)."""
         offsets = self.broker.offsets
         offset = offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
@@ -196,6 +197,12 @@ class PopMessageProcessor:
         store = self.broker.store
         if init_mode == 0 or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             offset = store.get_min_offset_in_queue(topic, queue_id)
+        elif (
+            self.broker.config.initPopOffsetByCheckMsgInMem
+            and store.get_min_offset_in_queue(topic, queue_id) <= 0
+            and not store.check_in_disk_by_consume_offset(topic, queue_id, 0)
+        ):
+            offset = 0
         else:
             offset = max(store.get_max_offset_in_queue(topic, queue_id) - 1, 0)
         offsets.commit_offset(group, topic, queue_id, offset)
