@@ -100,6 +100,7 @@ class PopMessageProcessor:
         if ext.get("bornTime") in (None, "0"):  # addExtFieldIfNotExist, and "0" taken as now
             ext["bornTime"] = str(now_ms())
         header = PopMessageRequestHeader.decode(ext)
+        header.queue_id = max(header.queue_id, -1)  # any negative queue id means every queue (getQueueId)
         if now_ms() - header.born_time - header.poll_time > 500:
             return request.response(
                 ResponseCode.POLLING_TIMEOUT, f"the broker[{cfg.brokerIP1}] pop message is timeout too much"
@@ -186,10 +187,10 @@ class PopMessageProcessor:
         for i in range(n):
             self.pop_from_queue(ctx, topic, (random_q + i) % n, is_retry)
 
-    def pop_offset(self, topic: str, group: str, queue_id: int, init_mode: int) -> int:
+    def pop_offset(self, topic: str, group: str, queue_id: int, init_mode: int, commit: bool = True) -> int:
         """The group's offset in the queue; a group without one starts (and commits) at the queue's start for
         ConsumeInitMode.MIN and retry topics, else at its last message, or at 0 while the queue starts there
-        in memory (getPopOffset / getInitOffset)."""
+        in memory (getPopOffset / getInitOffset; ``commit`` False only looks)."""
         offsets = self.broker.offsets
         offset = offsets.query_offset(group, topic, queue_id)
         if offset >= 0:
@@ -205,7 +206,8 @@ class PopMessageProcessor:
             offset = 0
         else:
             offset = max(store.get_max_offset_in_queue(topic, queue_id) - 1, 0)
-        offsets.commit_offset(group, topic, queue_id, offset)
+        if commit:
+            offsets.commit_offset(group, topic, queue_id, offset)
         return offset
 
     def pop_from_queue(self, ctx: PopContext, topic: str, queue_id: int, is_retry: bool) -> None:
@@ -214,10 +216,11 @@ class PopMessageProcessor:
         store = broker.store
         header = ctx.header
         group = header.consumer_group
-        offset = self.pop_offset(topic, group, queue_id, header.init_mode)
-        if ctx.wanted <= 0:
+        if ctx.wanted <= 0:  # full: only counted in restNum
+            offset = self.pop_offset(topic, group, queue_id, header.init_mode, commit=False)
             ctx.rest_num += store.get_max_offset_in_queue(topic, queue_id) - offset
             return
+        offset = self.pop_offset(topic, group, queue_id, header.init_mode)
         result = store.get_message(group, topic, queue_id, offset, ctx.wanted, ctx.tag_filter)
         if result is not None and result.status in _OFFSET_ILLEGAL:
             broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
