@@ -178,7 +178,7 @@ class PopReviveService:
             if broker.topics.select(parse_normal_topic(ck.topic, ck.cid)) is None:
                 log.warn("reviveQueueId={qid}, can not get normal topic {topic}", qid=queue.queue_id, topic=ck.topic)
                 continue
-            if ck.cid not in broker.groups.table:
+            if broker.groups.find(ck.cid) is None:
                 log.warn("reviveQueueId={qid}, can not get cid {cid}", qid=queue.queue_id, cid=ck.cid)
                 continue
             self._revive_checkpoint(queue, ck)
