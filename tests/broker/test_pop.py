@@ -361,3 +361,28 @@ async def test_new_group_start_by_init_mode(make_broker, remoting: RemotingClien
             assert [m.body for m in earliest.messages] == [b"i0", b"i1", b"i2"]
         finally:
             await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_pop_over_queues_counts_the_rest(pop_broker: BrokerUnderTest, remoting: RemotingClient) -> None:
+    """A pop of every queue reads them in turn from a random one, one checkpoint per queue read; restNum counts
+    what it left."""
+    await create_topic(pop_broker, "PopQueues", 4)
+    for q in range(4):
+        for i in range(2):
+            sent = await send(pop_broker, "PopQueues", f"q{q}m{i}".encode(), {}, queue_id=q)
+            assert sent.code == ResponseCode.SUCCESS
+    request = RemotingCommand.request(RequestCode.POP_MESSAGE, pop_header("PopQueues", max_nums=3).encode())
+    resp = await pop_broker.call(request)
+    answer = PopMessageResponseHeader.decode(resp.ext_fields)
+    msgs = decode_records(resp.body)
+    assert len(msgs) == 3 and answer.rest_num == 5
+    starts = answer.start_offset_info.split(";")
+    assert len(starts) == 2 and all(s.startswith("0 ") and s.endswith(" 0") for s in starts)
+    queues = [int(s.split(" ")[1]) for s in starts]
+    assert sorted({m.queue_id for m in msgs}) == sorted(queues) and (queues[1] - queues[0]) % 4 == 1
+    got = [m.body for m in msgs]
+    for _ in range(3):
+        more = await pop(remoting, pop_broker, pop_header("PopQueues", max_nums=3))
+        got += [m.body for m in more.messages]
+    assert sorted(got) == sorted(f"q{q}m{i}".encode() for q in range(4) for i in range(2))
