@@ -41,6 +41,7 @@ from gateway.tls.server import TlsServer
 from .clients import ConsumerManager, ProducerManager
 from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
+from .loadbalance import MessageRequestModeManager, TopicRouteInfoManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .processors.admin import AdminBrokerProcessor
@@ -53,6 +54,7 @@ from .processors.end_transaction import EndTransactionProcessor
 from .processors.lock_batch import LockBatchProcessor
 from .processors.pull import PullMessageProcessor
 from .processors.query import QueryMessageProcessor
+from .processors.query_assignment import QueryAssignmentProcessor
 from .processors.reply import ReplyMessageProcessor
 from .processors.send import SendMessageProcessor
 from .rebalance_lock import RebalanceLockManager
@@ -103,6 +105,8 @@ class BrokerController(service.Service):
         self.producers = ProducerManager()
         self.consumer_filters = ConsumerFilterManager()
         self.rebalance_locks = RebalanceLockManager(config.rebalanceLockMaxLiveTime)
+        self.request_modes = MessageRequestModeManager(config_dir)
+        self.topic_route_info = TopicRouteInfoManager(self)
         self.schedule = ScheduleMessageService(self)
         self.timer = TimerMessageService(self)
         self.transactions = TransactionalMessageService(self)
@@ -126,6 +130,7 @@ class BrokerController(service.Service):
             LockBatchProcessor(self),
             BrokerConfigProcessor(self),
             QueryMessageProcessor(self),
+            QueryAssignmentProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
@@ -213,6 +218,7 @@ class BrokerController(service.Service):
         self._every(1.0, self._update_tps, now=False)
         self._every(SAMPLE_SECONDS, self.stats.sample, now=True)
         self._every(60.0, self._log_slave_fall_behind, now=False)
+        self._every(self.config.loadBalancePollNameServerInterval / 1000.0, self.topic_route_info.refresh, now=False)
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
@@ -299,7 +305,7 @@ class BrokerController(service.Service):
         """
         try:
             with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
-                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer):
+                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer, self.request_modes):
                     manager.load()
         except StateFileError:
             self.store.shutdown()

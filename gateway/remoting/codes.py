@@ -97,6 +97,13 @@ class RequestCode(IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     LITE_PULL_MESSAGE = 361
+    # 5.x: broker-side load balancing (lite pull and POP consumers), and the POP family's peek and long polls.
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
+    GET_ALL_MESSAGE_REQUEST_MODE = 402
+    PEEK_MESSAGE = 200052
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
     # 5.x: controller mode (brokers ↔ controller) and HA status.
     BROKER_HEARTBEAT = 904
     GET_BROKER_HA_STATUS = 907
