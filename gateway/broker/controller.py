@@ -44,6 +44,7 @@ from .consumer_filter import ConsumerFilterManager
 from .loadbalance import MessageRequestModeManager, TopicRouteInfoManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .pop.order_info import ConsumerOrderInfoManager
 from .processors.admin import AdminBrokerProcessor
 from .processors.admin_stats import AdminStatsProcessor
 from .processors.broker_config import BrokerConfigProcessor
@@ -107,6 +108,13 @@ class BrokerController(service.Service):
         self.rebalance_locks = RebalanceLockManager(config.rebalanceLockMaxLiveTime)
         self.request_modes = MessageRequestModeManager(config_dir)
         self.topic_route_info = TopicRouteInfoManager(self)
+        self.order_info = ConsumerOrderInfoManager(
+            config_dir,
+            reactor,
+            topic_read_queue_nums=self._read_queue_nums,
+            group_exists=lambda group: group in self.groups.table,
+            notify_lock_free=lambda: config.enableNotifyAfterPopOrderLockRelease,
+        )
         self.schedule = ScheduleMessageService(self)
         self.timer = TimerMessageService(self)
         self.transactions = TransactionalMessageService(self)
@@ -214,6 +222,7 @@ class BrokerController(service.Service):
             self._registered = self.replicas.start()
         self._every(self.config.register_period, self.registration.register_periodically, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
+        self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.order_info.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
         self._every(SAMPLE_SECONDS, self.stats.sample, now=True)
@@ -305,7 +314,15 @@ class BrokerController(service.Service):
         """
         try:
             with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
-                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer, self.request_modes):
+                for manager in (
+                    self.topics,
+                    self.offsets,
+                    self.groups,
+                    self.schedule,
+                    self.timer,
+                    self.request_modes,
+                    self.order_info,
+                ):
                     manager.load()
         except StateFileError:
             self.store.shutdown()
@@ -432,6 +449,8 @@ class BrokerController(service.Service):
             yield self.flush_service.stop()
         yield defer.gatherResults([self.topics.file.flush(), self.groups.file.flush()])
         self.offsets.persist()
+        self.order_info.shutdown()
+        self.order_info.persist()
         self._persist_delivery_offsets()
         self.store.shutdown()
         log.info("broker {name} stopped", name=self.config.brokerName, console=True)
@@ -475,6 +494,10 @@ class BrokerController(service.Service):
         consumed = max(self.offsets.query_offset(group, topic, queue_id), 0)
         last = max(store.get_message_store_timestamp(topic, queue_id, consumed - 1), 0) if consumed > 0 else 0
         return broker_offset, consumed, last
+
+    def _read_queue_nums(self, topic: str) -> int | None:
+        tc = self.topics.select(topic)
+        return tc.read_queue_nums if tc is not None else None
 
     def subscribes(self, group: str, topic: str) -> bool:
         """False when ``group`` is online with subscriptions that leave ``topic`` out (Java's
