@@ -97,13 +97,10 @@ class RequestCode(IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     LITE_PULL_MESSAGE = 361
-    # 5.x: broker-side load balancing (lite pull and POP consumers), and the POP family's peek and long polls.
+    # 5.x: load balancing done by the broker (lite pull and POP consumers).
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
     GET_ALL_MESSAGE_REQUEST_MODE = 402
-    PEEK_MESSAGE = 200052
-    NOTIFICATION = 200054
-    POLLING_INFO = 200055
     # 5.x: controller mode (brokers ↔ controller) and HA status.
     BROKER_HEARTBEAT = 904
     GET_BROKER_HA_STATUS = 907
@@ -120,6 +117,14 @@ class RequestCode(IntEnum):
     CLEAN_BROKER_DATA = 1011
     CONTROLLER_GET_NEXT_BROKER_ID = 1012
     CONTROLLER_APPLY_BROKER_ID = 1013
+    # 5.x POP consumption.
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(IntEnum):
@@ -163,6 +168,10 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    # 5.x reuses 209-211 (aliases of the 4.x ACL answers above, same numbers on the wire).
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
+    BROKER_NOT_EXIST = 211
     # 5.x controller answers.
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
