@@ -45,6 +45,7 @@ from .loadbalance import MessageRequestModeManager, TopicRouteInfoManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
 from .pop.order_info import ConsumerOrderInfoManager
+from .pop.orderly import OrderlyPop
 from .pop.revive import PopReviveService
 from .pop.service import PopService
 from .processors.ack_message import AckMessageProcessor
@@ -57,6 +58,8 @@ from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.lock_batch import LockBatchProcessor
+from .processors.notification import NotificationProcessor, PollingInfoProcessor
+from .processors.peek_message import PeekMessageProcessor
 from .processors.pop_message import PopMessageProcessor
 from .processors.pull import PullMessageProcessor
 from .processors.query import QueryMessageProcessor
@@ -128,6 +131,9 @@ class BrokerController(service.Service):
         self.pop = PopService(self)
         self.revive = PopReviveService(self, self.pop)
         self.pop_processor = PopMessageProcessor(self)
+        self.orderly = OrderlyPop(self)
+        self.orderly.notify_arriving = self.pop_processor.polling.notify
+        self.notification_processor = NotificationProcessor(self)
         self.dispatcher = RequestDispatcher()
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
@@ -150,6 +156,9 @@ class BrokerController(service.Service):
             AckMessageProcessor(self),
             ChangeInvisibleTimeProcessor(self),
             QueryAssignmentProcessor(self),
+            PeekMessageProcessor(self),
+            self.notification_processor,
+            PollingInfoProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
@@ -458,6 +467,7 @@ class BrokerController(service.Service):
             self.send_thread.stop()
         self.hold_service.shutdown()
         self.pop_processor.polling.shutdown()
+        self.notification_processor.polling.shutdown()
         if self.clean_service is not None:
             yield self.clean_service.stop()
         if self.flush_service is not None:
@@ -566,6 +576,9 @@ class BrokerController(service.Service):
         pop_polling = self.pop_processor.polling
         if pop_polling.topic_groups:  # nobody pops and waits (every 4.x send)
             pop_polling.notify_message_arriving(topic, queue_id, tags_code)
+        notification_polling = self.notification_processor.polling
+        if notification_polling.topic_groups:
+            notification_polling.notify_message_arriving(topic, queue_id, tags_code)
         if self.ha_service is not None:
             self.ha_service.wakeup()
 
@@ -609,6 +622,7 @@ class BrokerController(service.Service):
         self.producers.channel_closed(channel)
         self.hold_service.channel_closed(channel)
         self.pop_processor.polling.channel_closed(channel)
+        self.notification_processor.polling.channel_closed(channel)
 
     def _scan_not_active_channels(self) -> None:
         expire = self.config.channelNotActiveInterval

@@ -5,7 +5,7 @@ A queue hands out one batch at a time: a pop skips a queue whose last batch is n
 expired. A batch popped commits the group's offset at its start (no checkpoint: an orderly pop's messages come
 back by being popped again, not through the revive topic), and acks move that offset, in order, past what is
 acked. Each batch's consumed counts travel in the pop response's ``orderCountInfo``, from which clients set the
-messages' reconsume times. Orderly messages carry revive queue id :data:`POP_ORDER_REVIVE_QUEUE` in their
+messages' reconsume times. Orderly messages carry revive queue id 999 (POP_ORDER_REVIVE_QUEUE) in their
 ``POP_CK``, which is how an ack or a change of invisible time is known to be orderly.
 """
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from twisted.logger import Logger
 
 from gateway.remoting.codes import ResponseCode
+from gateway.remoting.extra_info import retry_kind
 
 from .order_info import ILLEGAL
 
@@ -25,14 +26,12 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-# KeyBuilder.POP_ORDER_REVIVE_QUEUE: the revive queue id an orderly pop answers with.
-POP_ORDER_REVIVE_QUEUE = 999
 
-
-def order_count_info(retry: str, queue_id: int, counts: dict[int, int], least: int) -> list[str]:
-    """ExtraInfoUtil's entries for one queue's batch: ``retry qo<queueId>%<offset> count`` per offset consumed
-    before, then ``retry queueId least`` (what older clients read). ``retry`` is ExtraInfoUtil's topic kind
-    ("0" normal, "1"/"2" retry topics)."""
+def order_count_info(topic: str, queue_id: int, counts: dict[int, int], least: int) -> list[str]:
+    """ExtraInfoUtil's orderCountInfo entries for one queue's batch: ``kind qo<queueId>%<offset> count`` per
+    offset consumed before, then ``kind queueId least`` (what older clients read); ``kind`` is the topic's
+    (ExtraInfoUtil.getRetry)."""
+    retry = retry_kind(topic)
     entries = [f"{retry} qo{queue_id}%{offset} {count}" for offset, count in counts.items()]
     entries.append(f"{retry} {queue_id} {least}")
     return entries
@@ -45,8 +44,16 @@ class OrderlyPop:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.order_info = broker.order_info
-        self.notify_arriving: Callable[[str, int, str], None] = lambda topic, queue_id, group: None
-        self.order_info.on_lock_free = lambda topic, group, queue_id: self.notify_arriving(topic, queue_id, group)
+        self.notify_arriving: Callable[[str, int, str], bool] = lambda topic, queue_id, group: False
+        self.order_info.on_lock_free = self._lock_freed
+
+    def _lock_freed(self, topic: str, group: str, queue_id: int) -> None:
+        """notifyLongPollingRequestIfNeed: a freed queue with messages past the group's offset wakes a pop of
+        any queue, else one of this queue."""
+        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        backlog = self.broker.store.get_max_offset_in_queue(topic, queue_id) > offset
+        if backlog and not self.notify_arriving(topic, -1, group):
+            self.notify_arriving(topic, queue_id, group)
 
     def blocked(self, attempt_id: str | None, topic: str, group: str, queue_id: int, invisible_time: int) -> bool:
         """Whether the queue's previous batch still holds it: the pop passes the queue over (checkBlock)."""
@@ -62,7 +69,6 @@ class OrderlyPop:
         invisible_time: int,
         start_offset: int,
         queue_offsets: list[int],
-        retry: str,
     ) -> list[str]:
         """A batch was read from ``start_offset``: record it, commit the group's offset at its start, and return
         the queue's ``orderCountInfo`` entries."""
@@ -70,7 +76,7 @@ class OrderlyPop:
             attempt_id, topic, group, queue_id, pop_time, invisible_time, queue_offsets
         )
         self.broker.offsets.commit_offset(group, topic, queue_id, start_offset)
-        return order_count_info(retry, queue_id, counts, least)
+        return order_count_info(topic, queue_id, counts, least)
 
     def passed_over(self, topic: str, group: str, queue_id: int, next_begin_offset: int) -> None:
         """Nothing matched from the group's offset up to ``next_begin_offset``: commit past it."""
@@ -103,7 +109,7 @@ class OrderlyPop:
         self, topic: str, group: str, queue_id: int, offset: int, pop_time: int, invisible_time: int
     ) -> tuple[int, int] | None:
         """processChangeInvisibleTimeForOrder: hide ``offset`` for ``invisible_time`` ms from now; the answer's
-        (popTime, invisibleTime), or None when the offset is already committed (answered with no header)."""
+        (popTime, invisibleTime), or None when the offset is already committed."""
         if offset < self.broker.offsets.query_offset(group, topic, queue_id):
             return None
         next_visible_time = self.order_info.now() + invisible_time
