@@ -7,11 +7,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from gateway.broker.config import load_broker_config
 from gateway.broker.processors.query_assignment import allocate_for_pop
 from gateway.client.rebalance import allocate_averagely, allocate_averagely_by_circle
+from gateway.config import ConfigError
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
     MessageModel,
@@ -168,3 +171,34 @@ async def test_modes_survive_restart_and_reach_the_slave(tmp_path: Path, remotin
         assert master.controller.request_modes.get(TOPIC, "qa_cg") == mode
     finally:
         await pair.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_default_mode_from_the_broker_config(tmp_path: Path, remoting: RemotingClient, namesrv) -> None:  # noqa: F811
+    b = BrokerUnderTest(
+        tmp_path,
+        remoting,
+        namesrvAddr=f"127.0.0.1:{namesrv.port}",
+        defaultMessageRequestMode="POP",
+        defaultPopShareQueueNum="0",
+    )
+    await b.start().when_ready()
+    try:
+        await create_topic(b, TOPIC, 4)
+        assert (await b.call(heartbeat("cid-1", "qa_cg", TOPIC))).code == ResponseCode.SUCCESS
+        # A lone POP member sharing with none (0 >= members - 1): every queue, as -1.
+        assert assigned(await b.call(query("cid-1"))) == [(-1, "POP")]
+        # A retry topic is always pulled, whatever the default.
+        body = QueryAssignmentRequestBody("%RETRY%qa_cg", "qa_cg", "cid-1", "AVG")
+        resp = await b.call(RemotingCommand.request(RequestCode.QUERY_ASSIGNMENT, body=fastjson.dumps(body)))
+        assert {a["mode"] for a in fastjson.loads(resp.body)["messageQueueAssignments"]} == {"PULL"}
+    finally:
+        await b.stop()
+
+
+def test_bad_settings_are_one_line_errors() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_broker_config(None, {"defaultMessageRequestMode": "pop"})
+    assert str(caught.value) == "command line: key defaultMessageRequestMode: 'pop' is not one of PULL, POP"
+    with pytest.raises(ConfigError, match="key loadBalancePollNameServerInterval: 0 is not at least 1 ms"):
+        load_broker_config(None, {"loadBalancePollNameServerInterval": "0"})
