@@ -27,6 +27,7 @@ from gateway.remoting.message import MessageExt, decode_records
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, send, send_header
+from .test_pop_frames import java_pop_ext, java_request
 
 TOPIC = "FifoTopic"
 GROUP = "fifo_cg"
@@ -144,12 +145,16 @@ async def test_unacked_batch_comes_back_in_order_with_reconsume_times_plus_one(b
     first = await pop(b, queue_id=0, invisible_ms=1000)
     assert first.bodies() == ["m0", "m1", "m2"]
     assert [first.reconsume_times(m) for m in first.messages] == [0, 0, 0]
+    # ExtraInfoUtil's form: per queue "kind queueId leastCount", before it "kind qo<queueId>%<offset> count" for
+    # each offset consumed before.
+    assert first.resp.ext_fields is not None and first.resp.ext_fields["orderCountInfo"] == "0 0 0"
     assert (await pop(b, queue_id=0, invisible_ms=1000)).messages == []
     await sleep(1.1)
     again = await pop(b, queue_id=0, invisible_ms=1000)
     assert again.bodies() == ["m0", "m1", "m2"]
     assert [again.reconsume_times(m) for m in again.messages] == [1, 1, 1]
-    assert again.order_counts["0"] == 1
+    assert again.resp.ext_fields is not None
+    assert again.resp.ext_fields["orderCountInfo"] == "0 qo0%0 1;0 qo0%1 1;0 qo0%2 1;0 0 1"
     # The first pop's acks are stale now; the second pop's count.
     assert (await ack(b, first, first.messages[0])).code == ResponseCode.SUCCESS
     assert b.controller is not None
@@ -157,6 +162,27 @@ async def test_unacked_batch_comes_back_in_order_with_reconsume_times_plus_one(b
     for m in again.messages:
         assert (await ack(b, again, m)).code == ResponseCode.SUCCESS
     assert b.controller.offsets.query_offset(GROUP, TOPIC, 0) == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_java_client_orderly_pop_frame(broker: BrokerUnderTest) -> None:
+    b = broker
+    await create_topic(b, TOPIC, 1)
+    await fill(b, 0, ["m0", "m1"])
+    ext = {**java_pop_ext(TOPIC, GROUP, poll=False), "order": "true", "attemptId": "attempt-1"}
+    first = Popped(await b.call(java_request(RequestCode.POP_MESSAGE, ext)))
+    assert first.bodies() == ["m0", "m1"]
+    assert first.resp.ext_fields is not None
+    assert {k: first.resp.ext_fields[k] for k in ("reviveQid", "startOffsetInfo", "msgOffsetInfo")} == {
+        "reviveQid": "999",
+        "startOffsetInfo": "0 0 0",
+        "msgOffsetInfo": "0 0 0,1",
+    }
+    # The same attempt retried (a client that lost the answer) gets the batch again, counts unchanged.
+    again = Popped(await b.call(java_request(RequestCode.POP_MESSAGE, ext)))
+    assert again.bodies() == ["m0", "m1"] and again.order_counts == {"0": 0}
+    other = Popped(await b.call(java_request(RequestCode.POP_MESSAGE, {**ext, "attemptId": "attempt-2"})))
+    assert other.messages == []
 
 
 @pytest_twisted.ensureDeferred

@@ -31,6 +31,7 @@ from tests.namesrv.conftest import namesrv, namesrv_config  # noqa: F401
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, heartbeat
+from .test_pop_frames import java_request
 
 TOPIC = "AssignTopic"
 Q = [MessageQueue(TOPIC, "broker-a", i) for i in range(4)]
@@ -95,12 +96,12 @@ async def test_pull_and_pop_mode_groups_get_their_assignments(routed: BrokerUnde
 
 
 async def check_assignments(b: BrokerUnderTest) -> None:
-    # The request as a 5.x DefaultLitePullConsumer writes it, and Apache's answer byte for byte.
+    # The frame as a 5.3.3 Java client writes it (MQClientAPIImpl.queryAssignment), Apache's answer byte for byte.
     wire = (
         b'{"clientId":"cid-1","consumerGroup":"qa_cg","messageModel":"CLUSTERING",'
         b'"strategyName":"AVG","topic":"AssignTopic"}'
     )
-    resp = await b.call(RemotingCommand.request(RequestCode.QUERY_ASSIGNMENT, body=wire))
+    resp = await b.call(java_request(RequestCode.QUERY_ASSIGNMENT, {}, wire))
     assert resp.code == ResponseCode.SUCCESS and resp.remark is None
     assert resp.body == (
         b'{"messageQueueAssignments":['
