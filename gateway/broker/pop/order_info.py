@@ -224,11 +224,6 @@ class ConsumerOrderInfoManager:
         info = self.get(topic, group, queue_id)
         return info is not None and info.need_block(attempt_id, invisible_time, self.now())
 
-    def clear_block(self, topic: str, group: str, queue_id: int) -> None:
-        queues = self.table.get(f"{topic}@{group}")
-        if queues is not None and queues.pop(queue_id, None) is not None:
-            self._dirty = True
-
     def commit_and_next(self, topic: str, group: str, queue_id: int, queue_offset: int, pop_time: int) -> int:
         """Mark ``queue_offset`` of the batch popped at ``pop_time`` acked; the offset the group may commit now,
         :data:`ILLEGAL` for an offset not in the batch, :data:`NO_NEED_COMMIT` for an older batch's ack."""
