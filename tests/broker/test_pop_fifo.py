@@ -155,12 +155,17 @@ async def test_unacked_batch_comes_back_in_order_with_reconsume_times_plus_one(b
     assert [again.reconsume_times(m) for m in again.messages] == [1, 1, 1]
     assert again.resp.ext_fields is not None
     assert again.resp.ext_fields["orderCountInfo"] == "0 qo0%0 1;0 qo0%1 1;0 qo0%2 1;0 0 1"
-    # The first pop's acks are stale now; the second pop's count.
+    # A pop held while the queue is blocked wakes when the batch turns visible again (the lock's release).
+    started = time.monotonic()
+    held = Popped(await b.call(pop_request(queue_id=0, invisible_ms=60000, poll_ms=5000), timeout=10))
+    assert held.bodies() == ["m0", "m1", "m2"] and time.monotonic() - started < 2.5
+    assert [held.reconsume_times(m) for m in held.messages] == [2, 2, 2]
+    # The earlier pops' acks are stale now; the last pop's count.
     assert (await ack(b, first, first.messages[0])).code == ResponseCode.SUCCESS
     assert b.controller is not None
     assert b.controller.offsets.query_offset(GROUP, TOPIC, 0) == 0
-    for m in again.messages:
-        assert (await ack(b, again, m)).code == ResponseCode.SUCCESS
+    for m in held.messages:
+        assert (await ack(b, held, m)).code == ResponseCode.SUCCESS
     assert b.controller.offsets.query_offset(GROUP, TOPIC, 0) == 3
 
 

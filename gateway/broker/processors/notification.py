@@ -23,7 +23,7 @@ from gateway.remoting.headers import (
 )
 from gateway.store.commit_log import now_ms
 
-from ..pop.polling import PollingResult, PopLongPollingService, PopRequest, polling_key
+from ..pop.polling import PollingResult, PopLongPollingService, PopRequest
 from .peek_message import check_readable, peek_offset
 
 if TYPE_CHECKING:
@@ -117,7 +117,5 @@ class PollingInfoProcessor:
         checked = check_readable(broker, channel, request, header.topic, header.queue_id, header.consumer_group)
         if isinstance(checked, RemotingCommand):
             return checked
-        held = broker.pop_processor.polling.polling.get(
-            polling_key(header.topic, header.consumer_group, header.queue_id), ()
-        )
-        return request.response(ResponseCode.SUCCESS, None, PollingInfoResponseHeader(len(held)).encode())
+        held = broker.pop_processor.polling.polling_num(header.topic, header.consumer_group, header.queue_id)
+        return request.response(ResponseCode.SUCCESS, None, PollingInfoResponseHeader(held).encode())
