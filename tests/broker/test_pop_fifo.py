@@ -12,9 +12,12 @@ import time
 import pytest_twisted
 from twisted.internet import reactor
 
+from gateway.client.api import MQClientAPI
+from gateway.remoting.bodies import BatchAck, BatchAckMessageRequestBody
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.extra_info import PROPERTY_POP_CK, ExtraInfo
 from gateway.remoting.headers import (
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
@@ -319,3 +322,36 @@ async def test_notification_answers_on_arrival_or_after_its_poll_time(broker: Br
     await pop(b, queue_id=1)
     resp = await b.call(notification_request(queue_id=1, poll_ms=0, order=True))
     assert resp.ext_fields["hasMsg"] == "false"
+
+
+@pytest_twisted.ensureDeferred
+async def test_our_client_pops_orderly_with_reconsume_times_and_acks_by_pop_ck(
+    broker: BrokerUnderTest, remoting: RemotingClient
+) -> None:
+    b = broker
+    await create_topic(b, TOPIC, 2)
+    await fill(b, 0, ["a0", "a1"])
+    await fill(b, 1, ["b0"])
+    api = MQClientAPI(remoting, ["127.0.0.1:9"])
+
+    async def pop_orderly() -> list[MessageExt]:
+        header = PopMessageRequestHeader.decode(pop_request(invisible_ms=1000).ext_fields or {})
+        return (await api.pop_message(b.addr, "broker-a", header, 5.0)).messages
+
+    first = await pop_orderly()
+    assert sorted(m.body.decode() for m in first) == ["a0", "a1", "b0"]
+    assert {m.reconsume_times for m in first} == {0}
+    # Queue 1's message acked by its POP_CK (batch ack of an orderly pop); queue 0's left to come back.
+    b0 = next(m for m in first if m.queue_id == 1)
+    info = ExtraInfo.parse(b0.properties[PROPERTY_POP_CK])
+    assert info.revive_qid == 999
+    batch = BatchAck(GROUP, TOPIC, "0", 0, 1, 999, info.pop_time, info.invisible_time, frozenset({0}))
+    await api.batch_ack_message(b.addr, BatchAckMessageRequestBody("broker-a", [batch]))
+    await sleep(1.1)
+    again = await pop_orderly()
+    assert [(m.body.decode(), m.reconsume_times) for m in again] == [("a0", 1), ("a1", 1)]
+    for m in again:
+        await api.ack_message(b.addr, GROUP, TOPIC, m.properties[PROPERTY_POP_CK])
+    assert b.controller is not None
+    assert b.controller.offsets.query_offset(GROUP, TOPIC, 0) == 2
+    assert b.controller.offsets.query_offset(GROUP, TOPIC, 1) == 1
