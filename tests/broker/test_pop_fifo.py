@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import orjson
 import pytest_twisted
 from twisted.internet import reactor
 
@@ -355,3 +356,26 @@ async def test_our_client_pops_orderly_with_reconsume_times_and_acks_by_pop_ck(
     assert b.controller is not None
     assert b.controller.offsets.query_offset(GROUP, TOPIC, 0) == 2
     assert b.controller.offsets.query_offset(GROUP, TOPIC, 1) == 1
+
+
+HOSTILE_NAMES = ["../../x", "x\n", "x y", ""]
+
+
+@pytest_twisted.ensureDeferred
+async def test_hostile_names_are_refused_where_decoded(broker: BrokerUnderTest) -> None:
+    b = broker
+    await create_topic(b, TOPIC, 1)
+    for bad in HOSTILE_NAMES:
+        for field in ("topic", "consumerGroup"):
+            for code, ext in (
+                (RequestCode.PEEK_MESSAGE, peek_request().ext_fields),
+                (RequestCode.NOTIFICATION, notification_request(poll_ms=0).ext_fields),
+                (RequestCode.POLLING_INFO, PollingInfoRequestHeader(GROUP, TOPIC, 0).encode()),
+            ):
+                resp = await b.call(RemotingCommand.request(code, {**(ext or {}), field: bad}))
+                assert resp.code == ResponseCode.INVALID_PARAMETER, (code, field, bad, resp.remark)
+            body = {"topic": TOPIC, "consumerGroup": GROUP, "clientId": "c", "strategyName": "AVG", "mode": "POP"}
+            for code in (RequestCode.QUERY_ASSIGNMENT, RequestCode.SET_MESSAGE_REQUEST_MODE):
+                resp = await b.call(RemotingCommand.request(code, body=orjson.dumps({**body, field: bad})))
+                assert resp.code == ResponseCode.INVALID_PARAMETER, (code, field, bad, resp.remark)
+    assert b.controller is not None and b.controller.request_modes.table == {}

@@ -76,15 +76,18 @@ class QueryAssignmentProcessor:
         share = cfg.defaultPopShareQueueNum if default is MessageRequestMode.POP else 0
         return SetMessageRequestModeRequestBody(topic, group, default, share)
 
-    @defer.inlineCallbacks
-    def query_assignment(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
+    def query_assignment(self, channel: RemotingProtocol, request: RemotingCommand) -> defer.Deferred[Any]:
+        # Decoded before anything waits, so a bad body is answered as the dispatcher answers bad input.
         body = QueryAssignmentRequestBody.from_json(fastjson.loads(request.body))
         mode = self._mode(body.topic, body.consumer_group)
-        queues = yield self._load_balance(body, mode, channel)
-        assignments = None
-        if queues is not None:
-            assignments = [MessageQueueAssignment(mq, mode.mode) for mq in sorted(set(queues))]
-        return request.response(body=fastjson.dumps(QueryAssignmentResponseBody(assignments)))
+
+        def answer(queues: list[MessageQueue] | set[MessageQueue] | None) -> RemotingCommand:
+            assignments = None
+            if queues is not None:
+                assignments = [MessageQueueAssignment(mq, mode.mode) for mq in sorted(set(queues))]
+            return request.response(body=fastjson.dumps(QueryAssignmentResponseBody(assignments)))
+
+        return self._load_balance(body, mode, channel).addCallback(answer)
 
     @defer.inlineCallbacks
     def _load_balance(
