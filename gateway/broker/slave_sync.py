@@ -44,7 +44,11 @@ SYNC_TIMEOUT = 3.0
 
 
 class MasterRefused(Exception):
-    """The master answered a sync request with an error code."""
+    """The master answered a sync request with an error code (``code``; None: not asked)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def vip_addr(addr: str) -> str:
@@ -115,7 +119,7 @@ class SlaveSynchronize:
     def _fetch(self, addr: str, code: int) -> Any:
         response = yield self.client.invoke(addr, RemotingCommand.request(code, language="JAVA"), SYNC_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
-            raise MasterRefused(f"code {code}: {response.code} {response.remark}")
+            raise MasterRefused(f"code {code}: {response.code} {response.remark}", response.code)
         return response.body
 
     def _warn_left_out(self, path: Path, set_aside: SetAside, master: str) -> None:
@@ -167,6 +171,11 @@ class SlaveSynchronize:
 
     @defer.inlineCallbacks
     def _sync_message_request_mode(self, master: str) -> Any:
-        body = yield self._fetch(master, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE)
+        try:
+            body = yield self._fetch(master, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE)
+        except MasterRefused as e:
+            if e.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                return  # a 4.x master: it has no request modes, and no error every 10 s
+            raise
         modes = self.broker.request_modes
         modes.replace_all(modes.read(body))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import reactor
+from twisted.logger import LogLevel, formatEvent, globalLogPublisher
 
 from gateway.broker.config import load_broker_config
 from gateway.broker.processors.query_assignment import allocate_for_pop
@@ -165,6 +166,23 @@ async def test_modes_survive_restart_and_reach_the_slave(tmp_path: Path, remotin
         mode = slave.controller.request_modes.get(TOPIC, "qa_cg")
         assert mode is not None and (mode.mode, mode.pop_share_queue_num) == (MessageRequestMode.POP, 1)
         assert (slave.root / "store" / "config" / "messageRequestMode.json").exists()
+        # A 4.x master does not know the request: the slave's other tables still sync, and no error is logged.
+        assert master.controller is not None
+        del master.controller.dispatcher._handlers[RequestCode.GET_ALL_MESSAGE_REQUEST_MODE]
+        errors: list[str] = []
+
+        def observer(event: dict) -> None:
+            if event.get("log_level") in (LogLevel.error, LogLevel.critical):
+                errors.append(formatEvent(event))
+
+        globalLogPublisher.addObserver(observer)
+        try:
+            await create_topic(master, "LaterTopic", 1)
+            await slave.controller.slave_sync.sync_all()
+        finally:
+            globalLogPublisher.removeObserver(observer)
+        assert "LaterTopic" in slave.controller.topics.table and errors == []
+        assert slave.controller.request_modes.get(TOPIC, "qa_cg") == mode
         await master.stop()
         await sleep(0)
         master.start()
