@@ -134,6 +134,7 @@ class BrokerController(service.Service):
         self.orderly = OrderlyPop(self)
         self.orderly.notify_arriving = self.pop_processor.polling.notify
         self.notification_processor = NotificationProcessor(self)
+        self.orderly.notify_notifications = self.notification_processor.notify_message_arriving
         self.dispatcher = RequestDispatcher()
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)

@@ -323,6 +323,14 @@ async def test_notification_answers_on_arrival_or_after_its_poll_time(broker: Br
     await pop(b, queue_id=1)
     resp = await b.call(notification_request(queue_id=1, poll_ms=0, order=True))
     assert resp.ext_fields["hasMsg"] == "false"
+    # One held on a blocked queue is answered when the batch turns visible again.
+    await fill(b, 0, ["y"])
+    assert (await pop(b, queue_id=0, invisible_ms=800)).bodies() == ["y"]
+    resp = await b.call(notification_request(queue_id=0, poll_ms=0, order=True))
+    assert resp.ext_fields["hasMsg"] == "false"
+    started = time.monotonic()
+    resp = await b.call(notification_request(queue_id=0, poll_ms=5000, order=True), timeout=10)
+    assert resp.ext_fields["hasMsg"] == "true" and time.monotonic() - started < 2.5
 
 
 @pytest_twisted.ensureDeferred

@@ -39,21 +39,25 @@ def order_count_info(topic: str, queue_id: int, counts: dict[int, int], least: i
 
 class OrderlyPop:
     """The orderly steps of pop, ack and change-invisible-time for one broker. ``notify_arriving(topic,
-    queue_id, group)`` wakes the pops held for that queue (PopMessageProcessor.notifyMessageArriving)."""
+    queue_id, group)`` wakes a pop held for that queue (PopMessageProcessor.notifyMessageArriving), true if one
+    was; ``notify_notifications(topic, queue_id)`` the notifications held for it."""
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.order_info = broker.order_info
         self.notify_arriving: Callable[[str, int, str], bool] = lambda topic, queue_id, group: False
+        self.notify_notifications: Callable[[str, int], None] = lambda topic, queue_id: None
         self.order_info.on_lock_free = self._lock_freed
 
     def _lock_freed(self, topic: str, group: str, queue_id: int) -> None:
         """notifyLongPollingRequestIfNeed: a freed queue with messages past the group's offset wakes a pop of
-        any queue, else one of this queue."""
+        any queue, else one of this queue, and the notifications waiting on it."""
         offset = self.broker.offsets.query_offset(group, topic, queue_id)
-        backlog = self.broker.store.get_max_offset_in_queue(topic, queue_id) > offset
-        if backlog and not self.notify_arriving(topic, -1, group):
+        if self.broker.store.get_max_offset_in_queue(topic, queue_id) <= offset:
+            return
+        if not self.notify_arriving(topic, -1, group):
             self.notify_arriving(topic, queue_id, group)
+        self.notify_notifications(topic, queue_id)
 
     def blocked(self, attempt_id: str | None, topic: str, group: str, queue_id: int, invisible_time: int) -> bool:
         """Whether the queue's previous batch still holds it: the pop passes the queue over (checkBlock)."""

@@ -44,6 +44,10 @@ class NotificationProcessor:
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.NOTIFICATION: self.process}
 
+    def notify_message_arriving(self, topic: str, queue_id: int) -> None:
+        """Wake the notifications held on the queue (and on any queue of the topic), whatever their filter."""
+        self.polling.notify_message_arriving(topic, queue_id, None)
+
     def execute_held(self, held: PopRequest) -> None:
         """Run a woken or expired notification again and write its answer."""
         response = self.process(held.channel, held.request)
