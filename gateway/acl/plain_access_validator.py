@@ -6,8 +6,9 @@ a oneway request gets nothing, as in Java.
 
 Resources per request code are Apache 4.9.8's (``%RETRY%group`` stands for a group), plus what 5.x
 and common sense add: batch and reply sends need PUB like other sends, LITE_PULL_MESSAGE needs what
-PULL_MESSAGE needs, and QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs. Stricter than 4.9.8
-where it leaks: a send to ``%RETRY%G`` needs SUB on group G itself (4.9.8 checks the group the sender
+PULL_MESSAGE needs, QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs, and 5.x's pops, acks and
+invisible-time changes SUB on their groups and topics (what 5.x's @RocketMQAction asks of them). Stricter
+than 4.9.8 where it leaks: a send to ``%RETRY%G`` needs SUB on group G itself (4.9.8 checks the group the sender
 names), and VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK need SUB on the stored message's topics
 (:meth:`PlainAccessValidator.refuse_message`, called by their processors once the message is read).
 """
@@ -20,9 +21,10 @@ from typing import TYPE_CHECKING
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import HeartbeatData
+from gateway.remoting.bodies import BatchAckMessageRequestBody, HeartbeatData
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.extra_info import parse_normal_topic
 from gateway.remoting.message import MessageConst, MessageExt
 
 from .permission import PUB, SUB, is_retry_topic, retry_topic
@@ -84,6 +86,28 @@ def _heartbeat(request: RemotingCommand, ext: Mapping[str, str]) -> Resources:
     return out
 
 
+def _pop(request: RemotingCommand, ext: Mapping[str, str]) -> Resources:
+    # 5.x POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME: SUB on the group and the topic (an ack names
+    # the group's pop retry topic for a message popped from it: that stands for the topic).
+    out: Resources = {}
+    group = ext.get("consumerGroup")
+    _add(out, retry_topic(group), SUB)
+    topic = ext.get("topic")
+    _add(out, parse_normal_topic(topic, group) if topic is not None and group is not None else topic, SUB)
+    return out
+
+
+def _batch_ack(request: RemotingCommand, ext: Mapping[str, str]) -> Resources:
+    try:
+        body = BatchAckMessageRequestBody.from_json(fastjson.loads(request.body))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise AccessDenied(str(e), _PARSE) from None
+    out: Resources = {}
+    for ack in body.acks:
+        out.update(_pop(request, {"consumerGroup": ack.consumer_group, "topic": ack.topic}))
+    return out
+
+
 _PULL = _group("consumerGroup", "topic")
 NEEDS: dict[int, Callable[[RemotingCommand, Mapping[str, str]], Resources]] = {
     RequestCode.SEND_MESSAGE: _send("topic"),
@@ -100,6 +124,10 @@ NEEDS: dict[int, Callable[[RemotingCommand, Mapping[str, str]], Resources]] = {
     RequestCode.GET_CONSUMER_LIST_BY_GROUP: _group("consumerGroup"),
     RequestCode.UPDATE_CONSUMER_OFFSET: _group("consumerGroup", "topic"),
     RequestCode.QUERY_CONSUMER_OFFSET: _group("consumerGroup", "topic"),
+    RequestCode.POP_MESSAGE: _pop,
+    RequestCode.ACK_MESSAGE: _pop,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop,
+    RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
 }
 
 _NOTHING: Resources = {}

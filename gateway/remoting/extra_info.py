@@ -31,6 +31,16 @@ def is_pop_retry_topic_v2(topic: str) -> bool:
     return topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and "+" in topic
 
 
+def parse_normal_topic(topic: str, group: str) -> str:
+    """KeyBuilder.parseNormalTopic(topic, cid): the topic a pop retry topic stands for."""
+    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return topic
+    v2 = f"{RETRY_GROUP_TOPIC_PREFIX}{group}+"
+    if topic.startswith(v2):
+        return topic[len(v2) :]
+    return topic[len(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_") :]
+
+
 def retry_kind(topic: str) -> str:
     """ExtraInfoUtil.getRetry(topic): "2", "1" or "0"."""
     if is_pop_retry_topic_v2(topic):

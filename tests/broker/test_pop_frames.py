@@ -12,6 +12,8 @@ import time
 import pytest
 import pytest_twisted
 
+from gateway.acl.permission import SUB
+from gateway.acl.plain_access_validator import PlainAccessValidator
 from gateway.broker.pop.records import AckMsg, PopCheckPoint
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import BatchAckMessageRequestBody, BodyError
@@ -181,3 +183,16 @@ async def test_java_frames_pop_ack_change(broker: BrokerUnderTest) -> None:
     past = await broker.call(java_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {**change_ext, "offset": "2"}))
     assert (past.code, past.remark) == (ResponseCode.NO_MESSAGE, None)
     assert two.body == b"two"
+
+
+def test_acl_resources_of_pop_requests() -> None:
+    """With aclEnable, pops, acks and invisible-time changes need SUB on their group and topic (an ack of a
+    message popped from the pop retry topic names that topic: it stands for the topic)."""
+    pop = java_request(RequestCode.POP_MESSAGE, java_pop_ext("T", "G", poll=False))
+    assert PlainAccessValidator.needed_resources(pop) == {"%RETRY%G": SUB, "T": SUB}
+    ack_ext = {"consumerGroup": "G", "topic": "%RETRY%G_T", "queueId": "0", "extraInfo": "x", "offset": "0"}
+    for code in (RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME):
+        assert PlainAccessValidator.needed_resources(java_request(code, ack_ext)) == {"%RETRY%G": SUB, "T": SUB}
+    body = b'{"acks":[{"b":"AQ==","c":"G","it":1,"pt":1,"q":0,"r":"0","rq":0,"so":0,"t":"U"}],"brokerName":"b"}'
+    batch = java_request(RequestCode.BATCH_ACK_MESSAGE, {"AccessKey": "k"}, body)
+    assert PlainAccessValidator.needed_resources(batch) == {"%RETRY%G": SUB, "U": SUB}

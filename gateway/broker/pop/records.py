@@ -8,7 +8,7 @@ from typing import Any
 
 from gateway.remoting import fastjson
 from gateway.remoting.extra_info import PopRecordError
-from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX
+from gateway.remoting.names import SYSTEM_TOPIC_PREFIX
 
 REVIVE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "REVIVE_LOG_"
 REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
@@ -32,16 +32,6 @@ _MAX_CK_MESSAGES = 127
 def revive_topic(cluster: str) -> str:
     """PopAckConstants.buildClusterReviveTopic."""
     return REVIVE_TOPIC_PREFIX + cluster
-
-
-def parse_normal_topic(topic: str, group: str) -> str:
-    """KeyBuilder.parseNormalTopic(topic, cid): the topic a pop retry topic stands for."""
-    if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return topic
-    v2 = f"{RETRY_GROUP_TOPIC_PREFIX}{group}+"
-    if topic.startswith(v2):
-        return topic[len(v2) :]
-    return topic[len(f"{RETRY_GROUP_TOPIC_PREFIX}{group}_") :]
 
 
 # ---------------------------------------------------------------------------- revive-topic bodies

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
 
-from gateway.remoting.extra_info import PopRecordError, pop_retry_topic
+from gateway.remoting.extra_info import PopRecordError, parse_normal_topic, pop_retry_topic
 from gateway.remoting.message import MessageConst, MessageExt, RecordError, decode_records
 from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import GetMessageStatus
@@ -34,7 +34,6 @@ from .records import (
     SECOND,
     AckMsg,
     PopCheckPoint,
-    parse_normal_topic,
 )
 
 if TYPE_CHECKING:

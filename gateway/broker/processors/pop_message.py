@@ -335,8 +335,8 @@ class PopMessageProcessor:
                 ctx.tag_filter,
             )
             if polled is PollingResult.POLLING_SUC:
-                if ctx.rest_num > 0:
-                    self.polling.notify(header.topic, header.queue_id, header.consumer_group)
+                # Apache also wakes it at once when messages are left (another pop held their queue's lock);
+                # here no lock is ever held, and a store refusing checkpoints would make that a busy loop.
                 return None
             code = ResponseCode.POLLING_FULL if polled is PollingResult.POLLING_FULL else ResponseCode.POLLING_TIMEOUT
             remark = GetMessageStatus.NO_MESSAGE_IN_QUEUE.name
