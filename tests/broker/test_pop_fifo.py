@@ -13,6 +13,8 @@ import orjson
 import pytest_twisted
 from twisted.internet import reactor
 
+from gateway.acl.permission import SUB
+from gateway.acl.plain_access_validator import PlainAccessValidator
 from gateway.client.api import MQClientAPI
 from gateway.remoting.bodies import BatchAck, BatchAckMessageRequestBody
 from gateway.remoting.client import RemotingClient
@@ -387,3 +389,16 @@ async def test_hostile_names_are_refused_where_decoded(broker: BrokerUnderTest) 
                 resp = await b.call(RemotingCommand.request(code, body=orjson.dumps({**body, field: bad})))
                 assert resp.code == ResponseCode.INVALID_PARAMETER, (code, field, bad, resp.remark)
     assert b.controller is not None and b.controller.request_modes.table == {}
+
+
+def test_acl_needs_sub_on_group_and_topic() -> None:
+    """With aclEnable, peeks, notifications and polling-info requests need SUB on their group and topic (5.x's
+    @RocketMQResource fields); QUERY_ASSIGNMENT and SET_MESSAGE_REQUEST_MODE carry no header and need none,
+    as in 5.3.3."""
+    for request in (
+        peek_request(),
+        notification_request(),
+        RemotingCommand.request(RequestCode.POLLING_INFO, PollingInfoRequestHeader(GROUP, TOPIC, 0).encode()),
+    ):
+        assert PlainAccessValidator.needed_resources(request) == {f"%RETRY%{GROUP}": SUB, TOPIC: SUB}
+    assert PlainAccessValidator.needed_resources(RemotingCommand.request(RequestCode.QUERY_ASSIGNMENT, {})) == {}
