@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
+import pytest
 import pytest_twisted
 from twisted.internet import defer
 
+from gateway.broker.pop import revive as revive_module
 from gateway.broker.pop.records import REVIVE_GROUP, revive_topic
 from gateway.client.api import MQClientAPI, PopResult
 from gateway.remoting.bodies import BatchAck, BatchAckMessageRequestBody
@@ -303,5 +305,33 @@ async def test_refusals(make_broker, remoting: RemotingClient) -> None:  # type:
         assert resp.code == ResponseCode.SYSTEM_ERROR and resp.remark.endswith("<extra_info> is null")
         resp = await broker.call(RemotingCommand.request(RequestCode.BATCH_ACK_MESSAGE, None, b'{"acks":[]}'))
         assert resp.code == ResponseCode.NO_MESSAGE
+    finally:
+        await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_revive_holds_a_bounded_number_of_checkpoints(
+    make_broker,  # type: ignore[no-untyped-def]
+    remoting: RemotingClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_PENDING held checkpoints a revive queue passes over the later ones and reads them again once
+    the held ones are revived: nothing is lost, acks still count."""
+    monkeypatch.setattr(revive_module, "MAX_PENDING", 1)
+    broker = make_broker(reviveQueueNum="1", **POP_CONFIG)
+    broker.start()
+    try:
+        await fill(broker, "PopCap", [b"c0", b"c1", b"c2"])
+        ck = {}
+        for _ in range(3):  # three pops, three checkpoints in revive queue 0
+            (msg,) = (await pop(remoting, broker, pop_header("PopCap", invisible_ms=1000, max_nums=1))).messages
+            ck[msg.body] = msg.properties[PROPERTY_POP_CK]
+        await api(remoting).ack_message(broker.addr, "pg", "PopCap", ck[b"c1"])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 12.0
+        while len(seen) < 2 and time.monotonic() < deadline:
+            got = await pop_until(remoting, broker, "PopCap", 1.0, invisible_ms=60000)
+            seen += [m.body for m in got.messages]
+        assert sorted(seen) == [b"c0", b"c2"], seen
     finally:
         await broker.stop()

@@ -45,6 +45,10 @@ log = Logger()
 # Read per revive queue and pass, so one pass never holds the reactor long (Apache reads 32 at a time too).
 _BATCH = 32
 _MAX_BATCHES_PER_PASS = 8
+# Checkpoints held per revive queue while they wait for their time, so memory stays bounded whatever the
+# clients' invisible times: past it, later checkpoints are passed over (reading goes on, for the delivery times
+# that make the held ones due) and read again from the first of them once some are revived.
+MAX_PENDING = 100_000
 # PopReviveService.ckRewriteIntervalsInSeconds: the extra wait of a checkpoint whose revival failed.
 _CK_REWRITE_INTERVALS = (10, 20, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
@@ -60,6 +64,8 @@ class _ReviveQueue:
     # While the queue has no checkpoints, passes skipped before the next read (reviveMaxSlow).
     slow: int = 1
     skip: int = 0
+    # The offset of the first checkpoint passed over at MAX_PENDING, to read again from.
+    rewind: int | None = None
 
 
 class PopReviveService:
@@ -137,7 +143,10 @@ class PopReviveService:
         try:
             if tag == CK_TAG:
                 ck = PopCheckPoint.decode(ext.body)
-                if ck.topic and ck.cid:
+                if len(queue.checkpoints) >= MAX_PENDING:
+                    if queue.rewind is None:
+                        queue.rewind = ext.queue_offset
+                elif ck.topic and ck.cid:
                     ck.revive_offset = ext.queue_offset
                     queue.checkpoints[ck.merge_key] = ck
             elif tag in (ACK_TAG, BATCH_ACK_TAG):
@@ -175,6 +184,8 @@ class PopReviveService:
             self._revive_checkpoint(queue, ck)
         if committed is not None:
             broker.offsets.commit_offset(REVIVE_GROUP, self.pop.revive_topic, queue.queue_id, committed)
+        if queue.rewind is not None and len(queue.checkpoints) < MAX_PENDING:
+            queue.next_offset, queue.rewind = queue.rewind, None
 
     def _revive_checkpoint(self, queue: _ReviveQueue, ck: PopCheckPoint) -> None:
         for index in range(ck.num):
