@@ -297,6 +297,7 @@ KEY_RULES: dict[str, Rule] = {
     # enumerated
     "brokerRole": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
     "flushDiskType": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
+    "defaultMessageRequestMode": one_of("PULL", "POP"),
     "metricsExporterType": one_of("DISABLE", "PROM", ignore_case=True, note=" (OTLP_GRPC and LOG are not supported)"),
     "deleteWhen": _hours_of_day,
     "messageDelayLevel": _delay_levels,
@@ -318,6 +319,7 @@ KEY_RULES: dict[str, Rule] = {
     "transactionTimeOut": at_least(0, "ms"),
     "transactionCheckMax": at_least(0),
     "transactionCheckInterval": _POSITIVE_MS,
+    "loadBalancePollNameServerInterval": _POSITIVE_MS,
     "flushDelayOffsetInterval": _POSITIVE_MS,
     "timerMaxDelaySec": at_least(1, "s"),
     # POP (gateway.broker.pop); revive queue 999 stands for orderly pops.

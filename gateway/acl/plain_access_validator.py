@@ -6,8 +6,9 @@ a oneway request gets nothing, as in Java.
 
 Resources per request code are Apache 4.9.8's (``%RETRY%group`` stands for a group), plus what 5.x
 and common sense add: batch and reply sends need PUB like other sends, LITE_PULL_MESSAGE needs what
-PULL_MESSAGE needs, QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs, and 5.x's pops, acks and
-invisible-time changes SUB on their groups and topics (what 5.x's @RocketMQAction asks of them). Stricter
+PULL_MESSAGE needs, QUERY_CONSUMER_OFFSET what UPDATE_CONSUMER_OFFSET needs, and 5.x's pops, acks,
+invisible-time changes, peeks, notifications and polling-info requests SUB on their groups and topics (what
+5.x's @RocketMQAction asks of them). Stricter
 than 4.9.8 where it leaks: a send to ``%RETRY%G`` needs SUB on group G itself (4.9.8 checks the group the sender
 names), and VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK need SUB on the stored message's topics
 (:meth:`PlainAccessValidator.refuse_message`, called by their processors once the message is read).
@@ -128,6 +129,9 @@ NEEDS: dict[int, Callable[[RemotingCommand, Mapping[str, str]], Resources]] = {
     RequestCode.ACK_MESSAGE: _pop,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _pop,
     RequestCode.BATCH_ACK_MESSAGE: _batch_ack,
+    RequestCode.PEEK_MESSAGE: _pop,
+    RequestCode.NOTIFICATION: _pop,
+    RequestCode.POLLING_INFO: _pop,
 }
 
 _NOTHING: Resources = {}

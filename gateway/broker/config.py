@@ -93,6 +93,15 @@ class BrokerConfig:
     popPollingMapSize: int = 100000
     maxPopPollingSize: int = 100000
     slaveReadEnable: bool = False
+    # 5.x: load balancing done by the broker (QUERY_ASSIGNMENT) for lite pull and POP consumers; a group's
+    # mode (PULL or POP) per topic unless SET_MESSAGE_REQUEST_MODE set one, and how many following members'
+    # queues a POP member shares (-1: every queue). Topic queues come from the NameServers, refreshed this often.
+    serverLoadBalancerEnable: bool = True
+    defaultMessageRequestMode: str = "PULL"
+    defaultPopShareQueueNum: int = -1
+    loadBalancePollNameServerInterval: int = 30000
+    # Orderly POP: wake held pops of a queue when its order lock frees (its batch acked or invisible again).
+    enableNotifyAfterPopOrderLockRelease: bool = True
     offsetCheckInSlave: bool = False
     fetchNamesrvAddrByAddressServer: bool = False
     startAcceptSendRequestTimeStamp: int = 0

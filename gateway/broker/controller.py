@@ -41,8 +41,11 @@ from gateway.tls.server import TlsServer
 from .clients import ConsumerManager, ProducerManager
 from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
+from .loadbalance import MessageRequestModeManager, TopicRouteInfoManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .pop.order_info import ConsumerOrderInfoManager
+from .pop.orderly import OrderlyPop
 from .pop.revive import PopReviveService
 from .pop.service import PopService
 from .processors.ack_message import AckMessageProcessor
@@ -55,9 +58,12 @@ from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.lock_batch import LockBatchProcessor
+from .processors.notification import NotificationProcessor, PollingInfoProcessor
+from .processors.peek_message import PeekMessageProcessor
 from .processors.pop_message import PopMessageProcessor
 from .processors.pull import PullMessageProcessor
 from .processors.query import QueryMessageProcessor
+from .processors.query_assignment import QueryAssignmentProcessor
 from .processors.reply import ReplyMessageProcessor
 from .processors.send import SendMessageProcessor
 from .rebalance_lock import RebalanceLockManager
@@ -108,6 +114,15 @@ class BrokerController(service.Service):
         self.producers = ProducerManager()
         self.consumer_filters = ConsumerFilterManager()
         self.rebalance_locks = RebalanceLockManager(config.rebalanceLockMaxLiveTime)
+        self.request_modes = MessageRequestModeManager(config_dir)
+        self.topic_route_info = TopicRouteInfoManager(self)
+        self.order_info = ConsumerOrderInfoManager(
+            config_dir,
+            reactor,
+            topic_read_queue_nums=self._read_queue_nums,
+            group_exists=lambda group: group in self.groups.table,
+            notify_lock_free=lambda: config.enableNotifyAfterPopOrderLockRelease,
+        )
         self.schedule = ScheduleMessageService(self)
         self.timer = TimerMessageService(self)
         self.transactions = TransactionalMessageService(self)
@@ -116,6 +131,10 @@ class BrokerController(service.Service):
         self.pop = PopService(self)
         self.revive = PopReviveService(self, self.pop)
         self.pop_processor = PopMessageProcessor(self)
+        self.orderly = OrderlyPop(self)
+        self.orderly.notify_arriving = self.pop_processor.polling.notify
+        self.notification_processor = NotificationProcessor(self)
+        self.orderly.notify_notifications = self.notification_processor.notify_message_arriving
         self.dispatcher = RequestDispatcher()
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
@@ -137,6 +156,10 @@ class BrokerController(service.Service):
             self.pop_processor,
             AckMessageProcessor(self),
             ChangeInvisibleTimeProcessor(self),
+            QueryAssignmentProcessor(self),
+            PeekMessageProcessor(self),
+            self.notification_processor,
+            PollingInfoProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
@@ -220,10 +243,12 @@ class BrokerController(service.Service):
             self._registered = self.replicas.start()
         self._every(self.config.register_period, self.registration.register_periodically, now=False)
         self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.offsets.persist_if_dirty, now=False)
+        self._every(self.config.flushConsumerOffsetInterval / 1000.0, self.order_info.persist_if_dirty, now=False)
         self._every(_CHANNEL_SCAN_INTERVAL, self._scan_not_active_channels, now=False)
         self._every(1.0, self._update_tps, now=False)
         self._every(SAMPLE_SECONDS, self.stats.sample, now=True)
         self._every(60.0, self._log_slave_fall_behind, now=False)
+        self._every(self.config.loadBalancePollNameServerInterval / 1000.0, self.topic_route_info.refresh, now=False)
         log.info(
             "The broker[{name}, {addr}] boot success. serializeType=JSON and name server is:{namesrv}",
             name=self.config.brokerName,
@@ -312,7 +337,16 @@ class BrokerController(service.Service):
         """
         try:
             with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
-                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer, self.pop):
+                for manager in (
+                    self.topics,
+                    self.offsets,
+                    self.groups,
+                    self.schedule,
+                    self.timer,
+                    self.pop,
+                    self.request_modes,
+                    self.order_info,
+                ):
                     manager.load()
         except StateFileError:
             self.store.shutdown()
@@ -434,12 +468,15 @@ class BrokerController(service.Service):
             self.send_thread.stop()
         self.hold_service.shutdown()
         self.pop_processor.polling.shutdown()
+        self.notification_processor.polling.shutdown()
         if self.clean_service is not None:
             yield self.clean_service.stop()
         if self.flush_service is not None:
             yield self.flush_service.stop()
         yield defer.gatherResults([self.topics.file.flush(), self.groups.file.flush()])
         self.offsets.persist()
+        self.order_info.shutdown()
+        self.order_info.persist()
         self._persist_delivery_offsets()
         self.store.shutdown()
         log.info("broker {name} stopped", name=self.config.brokerName, console=True)
@@ -483,6 +520,10 @@ class BrokerController(service.Service):
         consumed = max(self.offsets.query_offset(group, topic, queue_id), 0)
         last = max(store.get_message_store_timestamp(topic, queue_id, consumed - 1), 0) if consumed > 0 else 0
         return broker_offset, consumed, last
+
+    def _read_queue_nums(self, topic: str) -> int | None:
+        tc = self.topics.select(topic)
+        return tc.read_queue_nums if tc is not None else None
 
     def subscribes(self, group: str, topic: str) -> bool:
         """False when ``group`` is online with subscriptions that leave ``topic`` out (Java's
@@ -536,6 +577,9 @@ class BrokerController(service.Service):
         pop_polling = self.pop_processor.polling
         if pop_polling.topic_groups:  # nobody pops and waits (every 4.x send)
             pop_polling.notify_message_arriving(topic, queue_id, tags_code)
+        notification_polling = self.notification_processor.polling
+        if notification_polling.topic_groups:
+            notification_polling.notify_message_arriving(topic, queue_id, tags_code)
         if self.ha_service is not None:
             self.ha_service.wakeup()
 
@@ -579,6 +623,7 @@ class BrokerController(service.Service):
         self.producers.channel_closed(channel)
         self.hold_service.channel_closed(channel)
         self.pop_processor.polling.channel_closed(channel)
+        self.notification_processor.polling.channel_closed(channel)
 
     def _scan_not_active_channels(self) -> None:
         expire = self.config.channelNotActiveInterval

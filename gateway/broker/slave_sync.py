@@ -1,13 +1,13 @@
 """A slave copies its master's metadata every 10 s (Apache's SlaveSynchronize.syncAll).
 
 The master is the ``masterAddr`` of the last REGISTER_BROKER reply, as in Apache 4.9.8. One pass sends
-GET_ALL_TOPIC_CONFIG to the master's VIP port (listenPort-2), then GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET
-and GET_ALL_SUBSCRIPTIONGROUP_CONFIG to its main port, each with no ext fields and no body, and applies them as
-Java does: topics and groups replaced (deletions included) when the master's dataVersion differs, consumer offsets
-merged over the slave's (putAll), delay offsets replaced; each table then reaches its file (topics and groups
-through their coalesced write). A step that fails is logged and the next one still runs. When the VIP port does
-not answer (our master could not bind it, e.g. with ephemeral ports) the topic request goes to the main port,
-which serves every request.
+GET_ALL_TOPIC_CONFIG to the master's VIP port (listenPort-2), then GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET,
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG and (as 5.x) GET_ALL_MESSAGE_REQUEST_MODE to its main port, each with no ext
+fields and no body, and applies them as Java does: topics and groups replaced (deletions included) when the
+master's dataVersion differs, consumer offsets merged over the slave's (putAll), delay offsets and request modes
+replaced; each table then reaches its file (topics and groups through their coalesced write). A step that fails
+is logged and the next one still runs. When the VIP port does not answer (our master could not bind it, e.g.
+with ephemeral ports) the topic request goes to the main port, which serves every request.
 
 An Apache 4.9.8 master may hold entries under names this broker refuses (a group named "", dotted or long
 names): they are left out of the slave's tables and set aside, as its own state files' are
@@ -44,7 +44,11 @@ SYNC_TIMEOUT = 3.0
 
 
 class MasterRefused(Exception):
-    """The master answered a sync request with an error code."""
+    """The master answered a sync request with an error code (``code``; None: not asked)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def vip_addr(addr: str) -> str:
@@ -99,7 +103,13 @@ class SlaveSynchronize:
         master = self.master_addr
         if not master or master == self.broker.config.broker_addr:
             return
-        for step in (self._sync_topic_config, self._sync_consumer_offset, self._sync_delay_offset, self._sync_groups):
+        for step in (
+            self._sync_topic_config,
+            self._sync_consumer_offset,
+            self._sync_delay_offset,
+            self._sync_groups,
+            self._sync_message_request_mode,
+        ):
             try:
                 yield step(master)
             except Exception as e:  # one table failing must not keep the others stale
@@ -109,7 +119,7 @@ class SlaveSynchronize:
     def _fetch(self, addr: str, code: int) -> Any:
         response = yield self.client.invoke(addr, RemotingCommand.request(code, language="JAVA"), SYNC_TIMEOUT)
         if response.code != ResponseCode.SUCCESS:
-            raise MasterRefused(f"code {code}: {response.code} {response.remark}")
+            raise MasterRefused(f"code {code}: {response.code} {response.remark}", response.code)
         return response.body
 
     def _warn_left_out(self, path: Path, set_aside: SetAside, master: str) -> None:
@@ -158,3 +168,14 @@ class SlaveSynchronize:
         self._warn_left_out(groups.path, aside, master)
         if (yield groups.replace_all(wrapper.subscription_group_table, wrapper.data_version, aside)):
             log.info("Update slave Subscription Group from master, {master}", master=master)
+
+    @defer.inlineCallbacks
+    def _sync_message_request_mode(self, master: str) -> Any:
+        try:
+            body = yield self._fetch(master, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE)
+        except MasterRefused as e:
+            if e.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                return  # a 4.x master: it has no request modes, and no error every 10 s
+            raise
+        modes = self.broker.request_modes
+        modes.replace_all(modes.read(body))

@@ -92,7 +92,8 @@ class PopResult:
 
 
 def _offset_info(text: str | None) -> dict[str, str]:
-    """ExtraInfoUtil.parseStartOffsetInfo / parseMsgOffsetInfo: ``kind queueId value;...`` keyed kind@queueId."""
+    """ExtraInfoUtil.parseStartOffsetInfo / parseMsgOffsetInfo / parseOrderCountInfo: ``kind queueId value;...``
+    keyed kind@queueId."""
     out = {}
     for item in (text or "").split(";"):
         parts = item.split(" ")
@@ -261,9 +262,15 @@ class MQClientAPI:
             answer.revive_qid,
         )
         starts = _offset_info(answer.start_offset_info)
+        # An orderly pop: times each message was consumed before, per offset or else per queue.
+        counts = _offset_info(answer.order_count_info) if header.order else {}
         for msg in decode_records(response.body):
+            kind = retry_kind(msg.topic)
+            count = counts.get(f"{kind}@qo{msg.queue_id}%{msg.queue_offset}") or counts.get(f"{kind}@{msg.queue_id}")
+            if count is not None and count.isdigit() and int(count) > 0:
+                msg.reconsume_times = int(count)
             if PROPERTY_POP_CK not in msg.properties:
-                start = starts.get(f"{retry_kind(msg.topic)}@{msg.queue_id}", str(msg.queue_offset))
+                start = starts.get(f"{kind}@{msg.queue_id}", str(msg.queue_offset))
                 msg.properties[PROPERTY_POP_CK] = build_extra_info(
                     int(start),
                     answer.pop_time,

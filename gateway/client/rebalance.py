@@ -49,6 +49,25 @@ def allocate_averagely(current_cid: str, mq_all: list[MessageQueue], cid_all: li
     return [mq_all[(start + i) % n] for i in range(min(average, n - start))]
 
 
+def allocate_averagely_by_circle(
+    current_cid: str, mq_all: list[MessageQueue], cid_all: list[str]
+) -> list[MessageQueue]:
+    """AllocateMessageQueueAveragelyByCircle: every ``len(cid_all)``-th queue from the member's own index.
+
+    Both lists must be sorted; a client id not in ``cid_all`` gets nothing.
+    """
+    if current_cid not in cid_all:
+        return []
+    return mq_all[cid_all.index(current_cid) :: len(cid_all)]
+
+
+# The strategies a broker allocates with for QUERY_ASSIGNMENT, by their Java names (getName()).
+ALLOCATE_STRATEGIES: dict[str, AllocateStrategy] = {
+    "AVG": allocate_averagely,
+    "AVG_BY_CIRCLE": allocate_averagely_by_circle,
+}
+
+
 class RebalancePushImpl:
     """Which queues this member pulls: subscriptions, known queues per topic, and the process queue table."""
 

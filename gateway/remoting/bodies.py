@@ -767,6 +767,123 @@ class LockBatchResponseBody:
         return cls([MessageQueue.from_json(mq) for mq in _objects(_map(obj).get("lockOKMQSet"), "lockOKMQSet")])
 
 
+class MessageRequestMode(IntEnum):
+    """How a group consumes a topic: PULL (the client pulls its queues) or POP (the broker hands out messages)."""
+
+    PULL = 0
+    POP = 1
+
+
+@dataclass(slots=True)
+class SetMessageRequestModeRequestBody:
+    """SET_MESSAGE_REQUEST_MODE (401) body, also the value of messageRequestMode.json's entries."""
+
+    topic: str
+    consumer_group: str
+    mode: MessageRequestMode = MessageRequestMode.PULL
+    # A POP member also takes the queues of this many members following it (0: only its own; <0: all).
+    pop_share_queue_num: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "consumerGroup": self.consumer_group,
+            "mode": self.mode.name,
+            "popShareQueueNum": self.pop_share_queue_num,
+            "topic": self.topic,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> SetMessageRequestModeRequestBody:
+        obj = _map(obj)
+        return cls(
+            topic=check_topic(_str(obj, "topic")),
+            consumer_group=check_group(_str(obj, "consumerGroup")),
+            mode=_enum(MessageRequestMode, obj, "mode", MessageRequestMode.PULL),
+            pop_share_queue_num=_int32(obj, "popShareQueueNum"),
+        )
+
+
+@dataclass(slots=True)
+class MessageRequestModeSerializeWrapper:
+    """GET_ALL_MESSAGE_REQUEST_MODE (402) body and messageRequestMode.json: topic → group → mode."""
+
+    message_request_mode_map: dict[str, dict[str, SetMessageRequestModeRequestBody]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messageRequestModeMap": {
+                topic: {group: body.to_json() for group, body in groups.items()}
+                for topic, groups in self.message_request_mode_map.items()
+            }
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> MessageRequestModeSerializeWrapper:
+        table = _map(_map(obj).get("messageRequestModeMap"), "messageRequestModeMap")
+        return cls(
+            {
+                check_topic(_key(topic, "messageRequestModeMap")): _table(
+                    groups, "messageRequestModeMap", SetMessageRequestModeRequestBody.from_json, check_group
+                )
+                for topic, groups in table.items()
+            }
+        )
+
+
+@dataclass(slots=True)
+class QueryAssignmentRequestBody:
+    """QUERY_ASSIGNMENT (400) body: which queues of ``topic`` this member of ``consumer_group`` should consume."""
+
+    topic: str
+    consumer_group: str
+    client_id: str
+    strategy_name: str = ""
+    message_model: MessageModel = MessageModel.CLUSTERING
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clientId": self.client_id,
+            "consumerGroup": self.consumer_group,
+            "messageModel": self.message_model.name,
+            "strategyName": self.strategy_name,
+            "topic": self.topic,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> QueryAssignmentRequestBody:
+        obj = _map(obj)
+        return cls(
+            topic=check_topic(_str(obj, "topic")),
+            consumer_group=check_group(_str(obj, "consumerGroup")),
+            client_id=_str(obj, "clientId"),
+            strategy_name=_str(obj, "strategyName"),
+            message_model=_enum(MessageModel, obj, "messageModel", MessageModel.CLUSTERING),
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class MessageQueueAssignment:
+    """One assigned queue and how to consume it; a POP queue id of -1 means "any queue of this broker"."""
+
+    message_queue: MessageQueue
+    mode: MessageRequestMode = MessageRequestMode.PULL
+
+    def to_json(self) -> dict[str, Any]:
+        return {"messageQueue": self.message_queue.to_json(), "mode": self.mode.name}
+
+
+@dataclass(slots=True)
+class QueryAssignmentResponseBody:
+    """QUERY_ASSIGNMENT's answer; None (no property) tells the client to keep its current assignment."""
+
+    message_queue_assignments: list[MessageQueueAssignment] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.message_queue_assignments is None:
+            return {}
+        return {"messageQueueAssignments": [a.to_json() for a in self.message_queue_assignments]}
+
+
 # A batch ack's bit set covers one checkpoint's messages (at most a pop's 32, spread over filtered offsets): 64 Ki
 # offsets is far beyond any real one and keeps a hostile body from making the broker walk millions of bits.
 BATCH_ACK_MAX_BITSET_BYTES = 8192

@@ -97,6 +97,10 @@ class RequestCode(IntEnum):
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
     LITE_PULL_MESSAGE = 361
+    # 5.x: load balancing done by the broker (lite pull and POP consumers).
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
+    GET_ALL_MESSAGE_REQUEST_MODE = 402
     # 5.x: controller mode (brokers ↔ controller) and HA status.
     BROKER_HEARTBEAT = 904
     GET_BROKER_HA_STATUS = 907

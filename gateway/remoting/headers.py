@@ -768,3 +768,54 @@ class ChangeInvisibleTimeResponseHeader(CommandHeader):
     pop_time: int = wire("popTime", int, required=True)
     invisible_time: int = wire("invisibleTime", int, required=True)
     revive_qid: int = wire("reviveQid", int, required=True)
+
+
+# ---------------------------------------------------------------------------- pop: peek and long polls (5.x)
+
+
+@dataclass(slots=True)
+class PeekMessageRequestHeader(CommandHeader):
+    """PEEK_MESSAGE (200052): up to ``maxMsgNums`` messages from where the group would pop, offsets untouched;
+    ``queueId`` -1 reads every queue. Answered with a :class:`PopMessageResponseHeader`."""
+
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    max_msg_nums: int = wire("maxMsgNums", int, required=True)
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class NotificationRequestHeader(CommandHeader):
+    """NOTIFICATION (200054): answer when the group has a message to pop, or after ``pollTime`` ms. The broker
+    sets a missing or "0" ``bornTime`` to its own clock, as Java does before decoding."""
+
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    poll_time: int = wire("pollTime", int, required=True)
+    born_time: int = wire("bornTime", int, required=True)
+    order: bool = wire("order", bool, default=False)
+    attempt_id: str | None = wire("attemptId")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class NotificationResponseHeader(CommandHeader):
+    has_msg: bool = wire("hasMsg", bool, required=True, default=False)
+    polling_full: bool = wire("pollingFull", bool, default=False)
+
+
+@dataclass(slots=True)
+class PollingInfoRequestHeader(CommandHeader):
+    """POLLING_INFO (200055): how many pops of the group wait on the queue."""
+
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class PollingInfoResponseHeader(CommandHeader):
+    polling_num: int = wire("pollingNum", int, required=True, default=0)

@@ -83,7 +83,16 @@ def test_start_empty_keeps_the_broken_files_aside(tmp_path: Path) -> None:
 # -- the broker
 
 
-STATE_FILES = ["consumerOffset.json", "topics.json", "subscriptionGroup.json", "delayOffset.json", "timerOffset.json"]
+STATE_FILES = [
+    "consumerOffset.json",
+    "topics.json",
+    "subscriptionGroup.json",
+    "delayOffset.json",
+    "timerOffset.json",
+    # 5.x: request modes (QUERY_ASSIGNMENT) and orderly POP's per-queue batches.
+    "messageRequestMode.json",
+    "consumerOrderInfo.json",
+]
 
 
 @pytest.mark.parametrize("name", STATE_FILES)
@@ -120,6 +129,8 @@ WRONG_SHAPE = {
     "subscriptionGroup.json": b'{"subscriptionGroupTable":{"g":{"groupName":{"a":1}}}}',
     "delayOffset.json": b'{"offsetTable":5}',
     "timerOffset.json": b'{"commitOffset":"x"}',
+    "messageRequestMode.json": b'{"messageRequestModeMap":{"T":{"g":{"topic":"T","consumerGroup":"g","mode":[1]}}}}',
+    "consumerOrderInfo.json": b'{"table":{"T@g":{0:{"o":"x"}}}}',
 }
 
 

@@ -98,6 +98,10 @@ class PopLongPollingService:
         pr.timer = self.clock.callLater(max(pr.expired - now_ms(), 0) / 1000.0, self._expire, key, pr)
         return PollingResult.POLLING_SUC
 
+    def polling_num(self, topic: str, group: str, queue_id: int) -> int:
+        """How many requests wait on this key (POLLING_INFO)."""
+        return len(self.polling.get(polling_key(topic, group, queue_id), ()))
+
     def notify_message_arriving(self, topic: str, queue_id: int, tags_code: int | None) -> None:
         """A message reached ``topic``'s queue: wake a matching pop of each group waiting on the topic."""
         groups = self.topic_groups.get(topic)

@@ -16,6 +16,8 @@ CK_TAG = "ck"
 ACK_TAG = "ack"
 BATCH_ACK_TAG = "bAck"
 SPLIT = "@"
+# The revive "queue" of orderly pops: they write no checkpoint.
+POP_ORDER_REVIVE_QUEUE = 999
 # PopAckConstants.ackTimeInterval: a checkpoint is delivered this long before its revive time.
 ACK_TIME_INTERVAL = 1000
 SECOND = 1000

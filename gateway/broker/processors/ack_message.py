@@ -13,7 +13,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.extra_info import ExtraInfo, PopRecordError, real_topic
 from gateway.remoting.headers import AckMessageRequestHeader
 
-from ..pop.records import AckMsg
+from ..pop.records import POP_ORDER_REVIVE_QUEUE, AckMsg
 
 if TYPE_CHECKING:
     from gateway.remoting.bodies import TopicConfig
@@ -82,6 +82,17 @@ class AckMessageProcessor:
             revive_qid, invisible_time = info.revive_qid, info.invisible_time
         except PopRecordError as e:
             return extra_info_error(request, e)
+        if revive_qid == POP_ORDER_REVIVE_QUEUE:
+            refused = broker.orderly.ack(
+                header.topic,
+                header.consumer_group,
+                header.queue_id,
+                header.offset,
+                ack.pop_time,
+                invisible_time,
+                channel.peer,
+            )
+            return request.response(*refused) if refused else request.response(ResponseCode.SUCCESS)
         response = request.response(ResponseCode.SUCCESS)
         self._append(request, response, ack, revive_qid, invisible_time)
         return response
@@ -92,11 +103,16 @@ class AckMessageProcessor:
             return request.response(ResponseCode.NO_MESSAGE)
         response = request.response(ResponseCode.SUCCESS)
         for batch in body.acks:
-            self._append_batch(request, response, batch, body.broker_name)
+            self._append_batch(request, response, batch, body.broker_name, channel.peer)
         return response
 
     def _append_batch(
-        self, request: RemotingCommand, response: RemotingCommand, batch: BatchAck, broker_name: str | None
+        self,
+        request: RemotingCommand,
+        response: RemotingCommand,
+        batch: BatchAck,
+        broker_name: str | None,
+        peer: str,
     ) -> None:
         store = self.broker.store
         try:
@@ -109,6 +125,14 @@ class AckMessageProcessor:
             return
         offsets = sorted(o for o in (batch.start_offset + i for i in batch.bit_set) if low <= o <= high)
         if not offsets:
+            return
+        if batch.revive_queue_id == POP_ORDER_REVIVE_QUEUE:
+            for offset in offsets:
+                refused = self.broker.orderly.ack(
+                    topic, batch.consumer_group, batch.queue_id, offset, batch.pop_time, batch.invisible_time, peer
+                )
+                if refused:
+                    response.code, response.remark = refused
             return
         ack = AckMsg(
             ack_offset=-1,

@@ -11,7 +11,7 @@ from gateway.remoting.extra_info import ExtraInfo, PopRecordError
 from gateway.remoting.headers import ChangeInvisibleTimeRequestHeader, ChangeInvisibleTimeResponseHeader
 from gateway.store.commit_log import now_ms
 
-from ..pop.records import AckMsg, PopCheckPoint
+from ..pop.records import POP_ORDER_REVIVE_QUEUE, AckMsg, PopCheckPoint
 from .ack_message import check_topic_queue, extra_info_error
 
 if TYPE_CHECKING:
@@ -53,6 +53,22 @@ class ChangeInvisibleTimeProcessor:
             old_revive_time = info.pop_time + info.invisible_time
         except PopRecordError as e:
             return extra_info_error(request, e)
+        if revive_qid == POP_ORDER_REVIVE_QUEUE:
+            changed = broker.orderly.change_invisible_time(
+                header.topic,
+                header.consumer_group,
+                header.queue_id,
+                header.offset,
+                info.pop_time,
+                header.invisible_time,
+            )
+            # Already committed: Java answers its header unset, every field 0.
+            pop_time, invisible_time = changed if changed is not None else (0, 0)
+            return request.response(
+                ResponseCode.SUCCESS,
+                None,
+                ChangeInvisibleTimeResponseHeader(pop_time, invisible_time, revive_qid if changed else 0).encode(),
+            )
         pop = broker.pop
         if not pop.is_revive_qid(revive_qid):
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"reviveQid[{revive_qid}] is illegal")

@@ -29,7 +29,7 @@ from gateway.store.commit_log import now_ms
 from ..consumer_filter import filter_by_properties
 from ..inner import packed_host
 from ..pop.polling import PollingResult, PopLongPollingService, PopRequest
-from ..pop.records import PopCheckPoint
+from ..pop.records import POP_ORDER_REVIVE_QUEUE, PopCheckPoint
 from .pull import tag_filter
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class PopContext:
     buffers: list[bytes] = field(default_factory=list)
     start_offset_info: list[str] = field(default_factory=list)
     msg_offset_info: list[str] = field(default_factory=list)
+    order_count_info: list[str] = field(default_factory=list)
     rest_num: int = 0
 
     @property
@@ -156,7 +157,7 @@ class PopMessageProcessor:
         ctx = PopContext(
             header,
             pop_time=now_ms(),
-            revive_qid=broker.pop.next_revive_qid(),
+            revive_qid=POP_ORDER_REVIVE_QUEUE if header.order else broker.pop.next_revive_qid(),
             tag_filter=tag_filter(sub),
             expression=expression,
         )
@@ -216,6 +217,8 @@ class PopMessageProcessor:
         store = broker.store
         header = ctx.header
         group = header.consumer_group
+        if header.order and broker.orderly.blocked(header.attempt_id, topic, group, queue_id, header.invisible_time):
+            return  # its previous batch holds it; that backlog is not counted (gateway.broker.pop.orderly)
         if ctx.wanted <= 0:  # full: only counted in restNum
             offset = self.pop_offset(topic, group, queue_id, header.init_mode, commit=False)
             ctx.rest_num += store.get_max_offset_in_queue(topic, queue_id) - offset
@@ -233,10 +236,22 @@ class PopMessageProcessor:
             filter_by_properties(result, ctx.expression)
         if result.buffers:
             queue_offsets = [_QUEUE_OFFSET.unpack_from(b, _QUEUE_OFFSET_AT)[0] for b in result.buffers]
-            if not self.append_checkpoint(ctx, topic, queue_id, offset, queue_offsets):
-                ctx.rest_num += result.max_offset - offset
-                return
-            broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
+            if header.order:
+                ctx.order_count_info += broker.orderly.popped(
+                    header.attempt_id,
+                    topic,
+                    group,
+                    queue_id,
+                    ctx.pop_time,
+                    header.invisible_time,
+                    offset,
+                    queue_offsets,
+                )
+            else:
+                if not self.append_checkpoint(ctx, topic, queue_id, offset, queue_offsets):
+                    ctx.rest_num += result.max_offset - offset
+                    return
+                broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
             append_offset_info(ctx.start_offset_info, topic, queue_id, offset)
             append_offset_info(ctx.msg_offset_info, topic, queue_id, queue_offsets)
             broker.message_counts.pulled(
@@ -345,6 +360,7 @@ class PopMessageProcessor:
                 rest_num=ctx.rest_num,
                 start_offset_info=";".join(ctx.start_offset_info),
                 msg_offset_info=";".join(ctx.msg_offset_info),
+                order_count_info=";".join(ctx.order_count_info) if header.order else None,
             ).encode(),
         )
         if ctx.buffers:
