@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gateway.proxy.v2 import definition_pb2 as pb  # noqa: E402
+from gateway.proxy.v2 import definition_pb2 as pb
 
 ECHO = "/bench.Bench/Echo"
 STREAM = "/bench.Bench/Stream"
@@ -113,7 +113,10 @@ def measure(port: int, calls: int, concurrency: int) -> dict[str, float]:
     request = pb.Status(code=pb.Code.OK, message="x" * 1000)
     echo(request, timeout=10)  # connected and warm
     out = {}
-    for name, fn in (("unary", lambda: echo(request, timeout=10)), ("stream", lambda: list(stream(request, timeout=10)))):
+    for name, fn in (
+        ("unary", lambda: echo(request, timeout=10)),
+        ("stream", lambda: list(stream(request, timeout=10))),
+    ):
         latencies: list[float] = []
 
         def one(_: int, fn=fn, latencies=latencies) -> None:
