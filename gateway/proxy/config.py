@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
-from gateway.config import SYSTEM_PROPERTY_PREFIXES, apply_properties, load_properties
+from gateway.acl.signer import SessionCredentials
+from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
 
 # Apache's proxy serves gRPC on 8081 unless told otherwise.
 DEFAULT_GRPC_PORT = 8081
@@ -20,6 +22,10 @@ class ProxyConfig:
     # PLAIN ACL: SDK signatures checked against plain_acl.yml under rocketmqHome (as the broker's aclEnable).
     aclEnable: bool = False
     rocketmqHome: str = ""
+    # The proxy signs its own requests to brokers with these (a JSON {"accessKey", "secretKey"}) when the
+    # brokers check ACL, as Apache's proxy does with enableAclRpcHookForClusterMode.
+    enableAclRpcHookForClusterMode: bool = False
+    innerClientAuthenticationCredentials: str = ""
     # Limits a message must meet (SendMessageActivity).
     maxMessageSize: int = 4 * 1024 * 1024
     enableMessageBodyEmptyCheck: bool = True
@@ -51,4 +57,24 @@ def load_proxy_config(path: str | None = None, overrides: dict[str, str] | None 
         apply_properties([config], load_properties(path), path, ignore=SYSTEM_PROPERTY_PREFIXES)
     if overrides:
         apply_properties([config], overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
+    if config.innerClientAuthenticationCredentials:
+        try:
+            parse_credentials(config.innerClientAuthenticationCredentials)
+        except ValueError:
+            source = path or "command line"
+            raise ConfigError(
+                f'{source}: key innerClientAuthenticationCredentials: not a JSON object with "accessKey" and '
+                '"secretKey"'
+            ) from None
     return config
+
+
+def parse_credentials(text: str) -> SessionCredentials:
+    """``{"accessKey": ..., "secretKey": ...}``; ValueError otherwise."""
+    value = json.loads(text)
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), str) and value[k] for k in KEYS):
+        raise ValueError("not a credentials object")
+    return SessionCredentials(value["accessKey"], value["secretKey"])
+
+
+KEYS = ("accessKey", "secretKey")

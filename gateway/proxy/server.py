@@ -11,9 +11,11 @@ from twisted.internet.defer import maybeDeferred
 
 from gateway.acl.plain_permission_manager import PlainPermissionManager
 from gateway.client.instance import ClientInstance
+from gateway.client.security import ClientSecurity
+from gateway.tls.config import TlsConfig
 from gateway.tls.server import TlsServer
 
-from .config import ProxyConfig
+from .config import ProxyConfig, parse_credentials
 from .service import MessagingService
 
 H2 = b"h2"
@@ -38,8 +40,9 @@ def _select_h2(connection: Any, offered: list[bytes]) -> bytes:
 class ProxyServer(Service):
     """Serves ``apache.rocketmq.v2.MessagingService`` on ``config.grpcServerPort``.
 
-    ``system_properties`` carries the ``tls.*`` keys (None: plaintext only); ``instance`` is the remoting
-    client to reach the NameServer and brokers with (default: a new one for ``config.namesrvAddr``).
+    ``system_properties`` carries the ``tls.*`` keys (None: plaintext only); ``security`` is how the proxy's
+    remoting client reaches NameServers and brokers (TLS, signing); by default as ``config`` and the ``tls.*``
+    client keys say.
     """
 
     def __init__(
@@ -47,12 +50,12 @@ class ProxyServer(Service):
         config: ProxyConfig,
         reactor: Any,
         system_properties: Mapping[str, str] | None = None,
-        instance: ClientInstance | None = None,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.config = config
         self.reactor = reactor
         self.tls = GrpcTlsServer.from_system_properties(system_properties, reactor)
-        self.instance = instance
+        self.security = security
         self.system_properties = system_properties
         self.service: MessagingService | None = None
         self.port: Any = None
@@ -65,7 +68,8 @@ class ProxyServer(Service):
     def startService(self) -> None:
         from .auth import AclAuthenticator
 
-        instance = self.instance or ClientInstance(self.config.namesrvAddr, reactor=self.reactor)
+        security = self.security or self.default_security()
+        instance = ClientInstance(self.config.namesrvAddr, reactor=self.reactor, security=security)
         authenticator = None
         if self.config.aclEnable:
             manager = PlainPermissionManager.for_server(self.config.rocketmqHome, self.system_properties, self.reactor)
@@ -82,6 +86,14 @@ class ProxyServer(Service):
         service.start()
         super().startService()
 
+    def default_security(self) -> ClientSecurity:
+        config = self.config
+        credentials = None
+        if config.enableAclRpcHookForClusterMode and config.innerClientAuthenticationCredentials:
+            credentials = parse_credentials(config.innerClientAuthenticationCredentials)
+        tls = TlsConfig.from_properties(self.system_properties) if self.system_properties else None
+        return ClientSecurity(credentials, tls)
+
     def stopService(self) -> Any:
         super().stopService()
         self.tls.stop()
@@ -97,7 +109,9 @@ class ProxyServer(Service):
 
 def broker_proxy(broker_config: Any, reactor: Any, system_properties: Mapping[str, str] | None) -> ProxyServer:
     """The gRPC endpoint a broker runs beside itself (``enableGrpcServer``): on its bind address, with its ACL
-    and TLS settings, reaching the NameServers the broker registers with (read when the service starts)."""
+    and TLS settings, reaching the NameServers the broker registers with (read when the service starts).
+    With ``aclEnable`` the broker checks the proxy's own requests too: set ``innerClientAuthenticationCredentials``
+    to an account that may use the topics and groups of the SDK clients."""
     config = ProxyConfig(
         namesrvAddr=broker_config.namesrvAddr,
         grpcServerPort=broker_config.grpcServerPort,
@@ -105,4 +119,6 @@ def broker_proxy(broker_config: Any, reactor: Any, system_properties: Mapping[st
         aclEnable=broker_config.aclEnable,
         rocketmqHome=broker_config.rocketmqHome,
     )
-    return ProxyServer(config, reactor, system_properties)
+    # Its requests reach the broker like any client's: signed as the broker signs its own, when it checks ACL.
+    tls = TlsConfig.from_properties(system_properties) if system_properties else None
+    return ProxyServer(config, reactor, system_properties, ClientSecurity(broker_config.inner_credentials, tls))
