@@ -128,6 +128,10 @@ class ProxyProducer(Producer):
         # Check-backs for the topic's half messages need its route (to heartbeat its brokers) before any send.
         self._publish[group] = TopicPublishInfo()
 
+    def publish_info_ok(self, topic: str) -> bool:
+        info = self._publish.get(topic)
+        return info is not None and info.ok()
+
     def check_transaction_state(
         self, channel: Any, msg: MessageExt, header: CheckTransactionStateRequestHeader
     ) -> None:
@@ -153,9 +157,18 @@ class ProducerActivity:
             ),
         ]
 
-    def producer(self, topic: str) -> Producer:
-        """The topic's producer group: the registered one, else a sender for this request only."""
-        return self.service.clients.producers.get(topic) or ProxyProducer(topic, self.service)
+    async def producer(self, topic: str) -> ProxyProducer:
+        """The topic's producer group with the topic's route: the registered one, else a sender for this request
+        only. TOPIC_NOT_FOUND when the NameServers do not know the topic (the proxy creates no topic)."""
+        instance = self.service.instance
+        producer = self.service.clients.producers.get(topic) or ProxyProducer(topic, self.service)
+        if not producer.publish_info_ok(topic):
+            await instance.update_topic_route_from_namesrv(topic)
+            route = instance.topic_routes.get(topic)
+            if route is None:
+                raise ProxyError(pb.Code.TOPIC_NOT_FOUND, f"No topic route info in name server for the topic: {topic}")
+            producer.update_topic_publish_info(topic, route)
+        return producer
 
     # -- SendMessage
 
@@ -171,7 +184,7 @@ class ProducerActivity:
             messages.append(self.build_message(ctx, proto, topic))
         if first.system_properties.body_encoding == pb.Encoding.GZIP:
             raise ProxyError(pb.Code.UNSUPPORTED, "GZIP message bodies are not supported")
-        producer = self.producer(topic)
+        producer = await self.producer(topic)
         group = first.system_properties.message_group if len(messages) == 1 else ""
         if len(messages) == 1:
             selector = (lambda queues, msg, arg: _queue_for(queues, group)) if group else None
