@@ -19,8 +19,9 @@ from twisted.internet.defer import maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from gateway.client.errors import MQBrokerError, MQClientError
+from gateway.client.errors import REMOTING_ERRORS, MQBrokerError, MQClientError
 from gateway.client.instance import ClientInstance
+from gateway.remoting.errors import NameServerUnreachable
 
 from .config import ProxyConfig
 from .convert import ProxyError, status_of
@@ -181,6 +182,8 @@ class MessagingService:
         if failure.check(GrpcCallError):
             return failure
         error = failure.value
-        if not isinstance(error, ProxyError | MQBrokerError | MQClientError):
+        if isinstance(error, (MQBrokerError, MQClientError, NameServerUnreachable, *REMOTING_ERRORS)):
+            log.warn("{rpc} failed: {error}", rpc=rpc.name, error=error)
+        elif not isinstance(error, ProxyError):
             log.failure("{rpc} failed", failure, rpc=rpc.name)
         return rpc.response_type(status=status_of(error))
