@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
@@ -28,6 +28,7 @@ from gateway.remoting.bodies import (
     MessageQueue,
     SubscriptionData,
 )
+from gateway.remoting.message import MessageExt
 
 from .convert import ProxyError, status
 from .grpc import Kind, ServerCall
@@ -67,13 +68,20 @@ class GrpcClient:
         return True
 
 
-@dataclass(slots=True)
 class ProxyConsumer:
-    """A consumer group registered with the brokers for its SDK clients (what a consumer heartbeat carries)."""
+    """A consumer group registered with the brokers for its SDK clients (what a consumer heartbeat carries).
 
-    group: str
-    consume_type: ConsumeType
-    subscriptions: list[SubscriptionData]
+    A broker's requests to the group's member (mqadmin consumerStatus, consumeMessage) are relayed to one of the
+    group's SDK clients over its Telemetry stream (PrintThreadStackTraceCommand, VerifyMessageCommand).
+    """
+
+    def __init__(
+        self, service: MessagingService, group: str, consume_type: ConsumeType, subscriptions: list[SubscriptionData]
+    ) -> None:
+        self.service = service
+        self.group = group
+        self.consume_type = consume_type
+        self.subscriptions = subscriptions
 
     def consumer_data(self) -> ConsumerData:
         return ConsumerData(
@@ -85,17 +93,26 @@ class ProxyConsumer:
         )
 
     def update_topic_subscribe_info(self, topic: str, queues: set[MessageQueue]) -> None:
-        pass  # the brokers assign queues (POP); nothing to keep here
+        pass  # the brokers hand out messages (POP): no queues to hold here
 
     def do_rebalance(self) -> None:
-        pass
+        pass  # likewise
 
     def persist_consumer_offset(self) -> Deferred[Any]:
-        return Deferred.fromCoroutine(_nothing())
+        return succeed(None)  # the brokers keep POP consumers' offsets
 
+    def running_info(self) -> Deferred[dict[str, Any]]:
+        """ConsumerRunningInfo with a member's thread stacks (what Apache's proxy answers)."""
+        return Deferred.fromCoroutine(self.service.telemetry.thread_stack_trace(self.group))
 
-async def _nothing() -> None:
-    return None
+    async def consume_message_directly(self, msg: MessageExt) -> dict[str, Any]:
+        return await self.service.telemetry.verify_message(self.group, msg)
+
+    def consumer_status(self, topic: str) -> dict[MessageQueue, int]:
+        return {}  # no client-side offsets
+
+    def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        log.info("offset reset of {group} ignored: the brokers keep its offsets", group=self.group)
 
 
 def subscription_data(entry: pb.SubscriptionEntry) -> SubscriptionData:
@@ -182,6 +199,9 @@ class ClientManager:
     def members(self, producer_group: str) -> Iterable[GrpcClient]:
         return (c for c in self.clients.values() if producer_group in c.producer_groups)
 
+    def consumers_of(self, group: str) -> Iterable[GrpcClient]:
+        return (c for c in self.clients.values() if c.consumer_group == group)
+
     # -- groups
 
     def register_producer(self, client: GrpcClient, topic: str) -> None:
@@ -203,7 +223,8 @@ class ClientManager:
             consumer.subscriptions = subscriptions
             consumer.consume_type = consume_type(settings.client_type)
             return
-        consumer = self.consumers[group] = ProxyConsumer(group, consume_type(settings.client_type), subscriptions)
+        consumer = ProxyConsumer(self.service, group, consume_type(settings.client_type), subscriptions)
+        self.consumers[group] = consumer
         self.service.instance.register_consumer(consumer)
         for sub in subscriptions:
             self._announce(sub.topic)

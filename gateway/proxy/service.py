@@ -103,7 +103,8 @@ class MessagingService:
         self.transactions = TransactionTable(reactor)
         self.clients = ClientManager(self)
         self.producer = ProducerActivity(self)
-        self.activities: list[Activity] = [RouteActivity(self), self.clients, TelemetryActivity(self), self.producer]
+        self.telemetry = TelemetryActivity(self)
+        self.activities: list[Activity] = [RouteActivity(self), self.clients, self.telemetry, self.producer]
         for name in OPTIONAL_ACTIVITIES:
             try:
                 module = importlib.import_module(name)

@@ -9,12 +9,16 @@ check-backs, verify-message and stack-trace requests) and the client's answers t
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
-from .convert import ProxyError, duration, status
+from gateway.client.errors import MQClientError
+from gateway.remoting.message import MessageExt
+
+from .convert import ProxyError, build_message, duration, status
 from .grpc import GrpcStatus, Kind, ServerCall
 from .service import ProxyContext, Rpc
 from .v2 import definition_pb2 as pb
@@ -30,6 +34,12 @@ DEFAULT_RETRY_MAX_TIMES = 16
 DEFAULT_CUSTOMIZED_BACKOFF_MS = (
     [1000, 5000, 10000, 30000] + [m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)] + [3_600_000, 7_200_000]
 )
+# What a verify-message answer's status means (buildConsumeMessageDirectlyResult).
+VERIFY_RESULTS = {
+    pb.Code.OK: "CR_SUCCESS",
+    pb.Code.FAILED_TO_CONSUME_MESSAGE: "CR_LATER",
+    pb.Code.MESSAGE_CORRUPTED: "CR_RETURN_NULL",
+}
 # A relayed request (verify message, stack trace) waits this long for the client's answer.
 RELAY_TIMEOUT = 3.0
 MAX_PENDING_RELAYS = 1024
@@ -111,6 +121,47 @@ class TelemetryActivity:
         return merged
 
     # -- relays: a request written to a client, its answer matched by nonce
+
+    def _member(self, group: str) -> Any:
+        for client in self.service.clients.consumers_of(group):
+            if client.telemetry is not None and not client.telemetry.finished:
+                return client
+        raise MQClientError(f"no gRPC client of {group} is connected")
+
+    async def thread_stack_trace(self, group: str) -> dict[str, Any]:
+        """A member's thread stacks as a ConsumerRunningInfo (PrintThreadStackTraceCommand)."""
+        nonce = uuid.uuid4().hex
+        command = spb.TelemetryCommand(
+            status=status(pb.Code.OK), print_thread_stack_trace_command=spb.PrintThreadStackTraceCommand(nonce=nonce)
+        )
+        answer = await self.relay(self._member(group), nonce, command)
+        if answer.status.code != pb.Code.OK:
+            raise MQClientError(f"thread stack trace failed: {answer.status.message}")
+        return {
+            "jstack": answer.thread_stack_trace.thread_stack_trace,
+            "mqTable": {},
+            "properties": {},
+            "statusTable": {},
+            "subscriptionSet": [],
+        }
+
+    async def verify_message(self, group: str, msg: MessageExt) -> dict[str, Any]:
+        """A member consumes ``msg`` once (VerifyMessageCommand): a ConsumeMessageDirectlyResult."""
+        nonce = uuid.uuid4().hex
+        command = spb.TelemetryCommand(
+            status=status(pb.Code.OK),
+            verify_message_command=spb.VerifyMessageCommand(
+                nonce=nonce, message=build_message(msg, self.service.now_ms())
+            ),
+        )
+        answer = await self.relay(self._member(group), nonce, command)
+        return {
+            "autoCommit": True,
+            "consumeResult": VERIFY_RESULTS.get(answer.status.code),
+            "order": False,
+            "remark": "from gRPC client",
+            "spentTimeMills": 0,
+        }
 
     def relay(self, client: Any, nonce: str, command: Any) -> Deferred[Any]:
         """Write ``command`` to ``client``'s stream; fires with the client's answering TelemetryCommand, or fails

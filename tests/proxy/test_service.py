@@ -4,6 +4,8 @@ process, called with grpcio (in a thread) as the SDKs call it."""
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,12 +23,16 @@ from twisted.internet.threads import deferToThread
 from gateway.__main__ import GatewayService
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
-from gateway.client import Admin
+from gateway.client import Admin, Producer, build_message
 from gateway.namesrv.service import NamesrvController
 from gateway.proxy.producer import consistent_hash
 from gateway.proxy.server import broker_proxy
 from gateway.proxy.v2 import definition_pb2 as pb
 from gateway.proxy.v2 import service_pb2 as spb
+from gateway.remoting import fastjson
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import ConsumeMessageDirectlyResultRequestHeader, GetConsumerRunningInfoRequestHeader
 from tests.client.conftest import sleep
 from tests.namesrv.conftest import loopback_namesrv_config
 
@@ -40,6 +46,7 @@ class Proxy:
     port: int
     admin: Admin
     channel: grpc.Channel
+    broker_addr: str
 
     def call(self, method: str, request: Any, response_type: Any, client_id: str | None = "test-client") -> Any:
         """A unary call as the SDKs make it (in a thread: grpcio blocks)."""
@@ -81,7 +88,7 @@ async def proxy(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Proxy
         await sleep(0.02)
     port = grpc_server.listen_port
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    yield Proxy(f"127.0.0.1:{port}", port, admin, channel)
+    yield Proxy(f"127.0.0.1:{port}", port, admin, channel, broker_cfg.broker_addr)
     channel.close()
     await admin.shutdown()
     await service.stopService()
@@ -209,6 +216,95 @@ async def test_telemetry_settings_answered_with_the_server_side(proxy: Proxy) ->
     # Now the heartbeat knows the client.
     heartbeat = await proxy.call("Heartbeat", spb.HeartbeatRequest(), spb.HeartbeatResponse, client_id="tc")
     assert heartbeat.status.code == pb.Code.OK
+
+
+class TelemetryClient:
+    """An SDK consumer's Telemetry stream (grpcio, in a thread): settings first, then it answers the server's
+    stack-trace and verify-message requests as an SDK does."""
+
+    def __init__(self, proxy: Proxy, settings: pb.Settings, client_id: str) -> None:
+        self.outbox: queue.Queue[spb.TelemetryCommand | None] = queue.Queue()
+        self.outbox.put(spb.TelemetryCommand(settings=settings))
+        self.synced = threading.Event()
+        self.verified: list[pb.Message] = []
+        fn = proxy.channel.stream_stream(
+            SERVICE + "Telemetry", spb.TelemetryCommand.SerializeToString, spb.TelemetryCommand.FromString
+        )
+        self.responses = fn(iter(self.outbox.get, None), timeout=30, metadata=[("x-mq-client-id", client_id)])
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        ok = pb.Status(code=pb.Code.OK)
+        try:
+            for command in self.responses:
+                which = command.WhichOneof("command")
+                if which == "settings":
+                    self.synced.set()
+                elif which == "print_thread_stack_trace_command":
+                    nonce = command.print_thread_stack_trace_command.nonce
+                    trace = spb.ThreadStackTrace(nonce=nonce, thread_stack_trace="main: waiting")
+                    self.outbox.put(spb.TelemetryCommand(status=ok, thread_stack_trace=trace))
+                elif which == "verify_message_command":
+                    self.verified.append(command.verify_message_command.message)
+                    result = spb.VerifyMessageResult(nonce=command.verify_message_command.nonce)
+                    self.outbox.put(spb.TelemetryCommand(status=ok, verify_message_result=result))
+        except grpc.RpcError:
+            pass  # closed at the end of the test
+
+    def close(self) -> None:
+        self.outbox.put(None)
+        self.thread.join(5)
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_requests_relayed_to_a_consumer_over_telemetry(proxy: Proxy) -> None:
+    topic = await proxy.topic()
+    group = f"ProxyGroup{next(_names)}"
+    settings = pb.Settings(
+        client_type=pb.ClientType.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(
+            group=pb.Resource(name=group),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=topic), expression=pb.FilterExpression())],
+        ),
+    )
+    client = TelemetryClient(proxy, settings, "relay-client")
+    try:
+        assert await deferToThread(client.synced.wait, 10)
+        # The proxy's remoting client is the group's member as the broker sees it.
+        api = proxy.admin.client.api
+        members: list[str] = []
+        for _ in range(100):
+            members = await api.get_consumer_id_list(proxy.broker_addr, group)
+            if members:
+                break
+            await sleep(0.05)
+        assert len(members) == 1
+        header = GetConsumerRunningInfoRequestHeader(consumer_group=group, client_id=members[0], jstack_enable=True)
+        request = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header.encode())
+        response = await proxy.admin.client.remoting.invoke(proxy.broker_addr, request, 10)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        assert fastjson.loads(response.body)["jstack"] == "main: waiting"
+        # mqadmin consumeMessage: a stored message handed to the member, verified by the SDK client.
+        producer = Producer(f"ProxyPg{next(_names)}", proxy.admin.client.api.namesrv_addrs)
+        await producer.start()
+        try:
+            sent = await producer.send(build_message(topic, b"verify me", tags="V"))
+        finally:
+            await producer.shutdown()
+        header = ConsumeMessageDirectlyResultRequestHeader(
+            consumer_group=group, client_id=members[0], msg_id=sent.offset_msg_id
+        )
+        request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, header.encode())
+        response = await proxy.admin.client.remoting.invoke(proxy.broker_addr, request, 10)
+        assert response.code == ResponseCode.SUCCESS, response.remark
+        result = fastjson.loads(response.body)
+        assert result["consumeResult"] == "CR_SUCCESS" and result["remark"] == "from gRPC client"
+        [verified] = client.verified
+        assert verified.body == b"verify me" and verified.system_properties.tag == "V"
+        assert verified.system_properties.message_id == sent.msg_id
+    finally:
+        client.close()
 
 
 @pytest_twisted.ensureDeferred
