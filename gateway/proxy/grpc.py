@@ -41,6 +41,8 @@ log = Logger()
 PREFIX = struct.Struct(">BI")
 # Apache's proxy (grpcMaxInboundMessageSize) takes messages up to 130 MiB.
 MAX_INBOUND_MESSAGE_SIZE = 130 * 1024 * 1024
+# Request bytes one connection may have buffered in unfinished messages (all its calls together).
+MAX_BUFFERED_PER_CONNECTION = 2 * MAX_INBOUND_MESSAGE_SIZE
 # Streams a client may open at once on one connection.
 MAX_CONCURRENT_STREAMS = 1000
 TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -153,7 +155,17 @@ class ServerCall:
     # -- receiving
 
     def feed(self, data: bytes) -> None:
+        protocol = self.protocol
+        if protocol.buffered + len(data) > MAX_BUFFERED_PER_CONNECTION:
+            raise GrpcCallError(GrpcStatus.RESOURCE_EXHAUSTED, "too much unfinished request data on this connection")
+        before = len(self._inbound)
         self._inbound += data
+        try:
+            self._parse()
+        finally:
+            protocol.buffered += len(self._inbound) - before
+
+    def _parse(self) -> None:
         while len(self._inbound) >= PREFIX.size:
             compressed, length = PREFIX.unpack_from(self._inbound)
             if length > MAX_INBOUND_MESSAGE_SIZE:
@@ -197,6 +209,8 @@ class ServerCall:
 
     def close(self) -> None:
         """The stream is gone (reset by the client or the connection lost): nothing more is sent."""
+        self.protocol.buffered -= len(self._inbound)
+        self._inbound.clear()
         if not self.finished:
             self.cancelled = True
         self.finished = True
@@ -212,6 +226,7 @@ class GrpcProtocol(Protocol):
         self.peer = f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', 0)}"
         self.conn = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
         self.calls: dict[int, ServerCall] = {}
+        self.buffered = 0  # bytes of unfinished request messages, all calls together
 
     def connectionMade(self) -> None:
         self.factory.connections.add(self)
@@ -279,8 +294,8 @@ class GrpcProtocol(Protocol):
 
     def _on_call(self, stream_id: int, action: Callable[..., None], *args: Any) -> None:
         call = self.calls.get(stream_id)
-        if call is None or call._method is None:
-            return
+        if call is None or call._method is None or call.finished:
+            return  # what a client sends on a call already answered is dropped
         try:
             action(call, *args)
         except GrpcCallError as e:

@@ -13,6 +13,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThread
 
+from gateway.proxy import grpc as grpc_server
 from gateway.proxy.grpc import GrpcCallError, GrpcServerFactory, GrpcStatus, Kind, Method, ServerCall, parse_timeout
 from gateway.proxy.v2 import definition_pb2 as pb
 
@@ -113,6 +114,19 @@ async def test_errors_become_statuses(channel: grpc.Channel) -> None:
     assert e.code() == grpc.StatusCode.UNIMPLEMENTED
     # The connection survives all of that.
     assert (await unary(channel, "Echo", pb.Status(code=3))).code == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_oversized_messages_refused(channel: grpc.Channel, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grpc_server, "MAX_INBOUND_MESSAGE_SIZE", 1024 * 1024)
+    e = await rpc_error(unary(channel, "Echo", pb.Status(message="z" * (2 * 1024 * 1024))))
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Unfinished messages of all calls together are bounded too.
+    monkeypatch.setattr(grpc_server, "MAX_BUFFERED_PER_CONNECTION", 512 * 1024)
+    e = await rpc_error(unary(channel, "Echo", pb.Status(message="z" * (800 * 1024))))
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    monkeypatch.undo()
+    assert (await unary(channel, "Echo", pb.Status(message="z" * (800 * 1024)))).message == "z" * (800 * 1024)
 
 
 @pytest_twisted.ensureDeferred
