@@ -25,6 +25,7 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CreateTopicRequestHeader
 
 _READY = re.compile(r"rocketmq-gateway ready: namesrv (\S+) broker (\S+)")
+_GRPC = re.compile(r" grpc (\S+)")
 
 
 def call(
@@ -114,6 +115,9 @@ class GatewayServers:
         self.broker_addr = ""
         self.broker_port = 0
         self.namesrv_port = 0
+        # The gRPC endpoint (apache.rocketmq.v2) ``python -m gateway`` serves; on a free port, kept on restart.
+        self.grpc_addr = ""
+        self.grpc_port = 0
         self.output: list[str] = []
         self._pump: threading.Thread | None = None
 
@@ -127,6 +131,7 @@ class GatewayServers:
             "brokerIP1": "127.0.0.1",
             "storePathRootDir": str(self.store_dir / "store"),
             "listenPort": str(self.broker_port),
+            "grpcServerPort": str(self.grpc_port),
             **self.extra_config,
         }
         conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
@@ -168,6 +173,8 @@ class GatewayServers:
                 m = _READY.search(line)
                 if m and not ready.is_set():
                     self.namesrv_addr, self.broker_addr = m.group(1), m.group(2)
+                    grpc = _GRPC.search(line)
+                    self.grpc_addr = grpc.group(1) if grpc else ""
                     ready.set()
             ready.set()  # EOF: the child died
 
@@ -180,6 +187,8 @@ class GatewayServers:
         if self.namesrv_addr and proc.poll() is None:
             self.namesrv_port = int(self.namesrv_addr.rpartition(":")[2])
             self.broker_port = int(self.broker_addr.rpartition(":")[2])
+            if self.grpc_addr:
+                self.grpc_port = int(self.grpc_addr.rpartition(":")[2])
             return self
         self.kill()
         raise RuntimeError("gateway did not start:\n" + "".join(self.output))

@@ -114,7 +114,7 @@ def test_gateway_process_writes_component_files(tmp_path: Path) -> None:
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     env.pop("ROCKETMQ_LOG_DIR", None)
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"listenPort=0\nstorePathRootDir={tmp_path / 'store'}\nbrokerIP1=127.0.0.1\n")
+    conf.write_text(f"listenPort=0\ngrpcServerPort=0\nstorePathRootDir={tmp_path / 'store'}\nbrokerIP1=127.0.0.1\n")
     command = [sys.executable, "-m", "gateway", "--namesrv-port", "0", "--broker-config", str(conf), "--log-json"]
     with subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -165,7 +165,8 @@ def _one_line(run: subprocess.CompletedProcess[str]) -> str:
 def _broker_conf(tmp_path: Path, *lines: str, store: Path | None = None) -> Path:
     conf = tmp_path / "broker.conf"
     store = store or tmp_path / "store"
-    conf.write_text("\n".join(["listenPort=0", "bindAddress=127.0.0.1", f"storePathRootDir={store}", *lines]) + "\n")
+    base = ["listenPort=0", "grpcServerPort=0", "bindAddress=127.0.0.1", f"storePathRootDir={store}"]
+    conf.write_text("\n".join([*base, *lines]) + "\n")
     return conf
 
 

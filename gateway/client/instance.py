@@ -347,13 +347,15 @@ class ClientInstance:
     def _no_group(request: RemotingCommand, group: str) -> RemotingCommand:
         return request.response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
 
-    def _get_consumer_running_info(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
-        """mqadmin consumerStatus through the broker: this member's ConsumerRunningInfo."""
+    def _get_consumer_running_info(self, channel: Any, request: RemotingCommand) -> Any:
+        """mqadmin consumerStatus through the broker: this member's ConsumerRunningInfo (or a Deferred of it: a
+        proxy asks its gRPC client first)."""
         group = GetConsumerRunningInfoRequestHeader.decode(request.ext_fields).consumer_group
         consumer = self._push_consumer(group)
         if consumer is None:
             return self._no_group(request, group)
-        return request.response(body=fastjson.dumps(consumer.running_info()))
+        d = maybeDeferred(consumer.running_info)
+        return d.addCallback(lambda info: request.response(body=fastjson.dumps(info)))
 
     def _consume_message_directly(self, channel: Any, request: RemotingCommand) -> Any:
         """A broker hands one message over for the group's listener (ConsumeMessageDirectlyResult)."""

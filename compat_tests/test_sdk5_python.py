@@ -1,0 +1,187 @@
+"""Acceptance: the official RocketMQ 5 Python SDK (rocketmq-python-client 5.1.2, its own venv) against the gRPC
+endpoint of ``python -m gateway``; what it sends is read back with our 4.x Python client (mixed generations)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.client import MessageExt, MessageQueue, blocking
+from gateway.client.consumer import PullStatus
+from gateway.client.security import ClientSecurity
+from gateway.remoting.message import MessageConst
+from gateway.tls import certs
+
+from .conftest import FAST_CONFIG
+from .sdk5 import run_scenario
+from .secure_servers import ADMIN, APP, PLAIN_ACL_YML
+from .servers import GatewayServers
+
+pytestmark = pytest.mark.compat
+
+_names = itertools.count()
+
+
+def topic_on(servers: GatewayServers, prefix: str, queues: int = 4) -> str:
+    topic = f"{prefix}{next(_names)}_{int(time.time() * 1000) % 100000}"
+    servers.create_topic(topic, queues)
+    return topic
+
+
+def pull_all(
+    servers: GatewayServers, topic: str, expect: int, timeout: float = 15.0, security: ClientSecurity | None = None
+) -> dict[MessageQueue, list]:
+    """Every message of ``topic`` by queue (queue order kept), once ``expect`` arrived or ``timeout`` passed."""
+    found: dict[MessageQueue, list[MessageExt]] = {}
+    group = f"sdk5_check_{next(_names)}"
+    with blocking.PullConsumer(group, servers.namesrv_addr, security=security) as consumer:
+        queues = consumer.fetch_subscribe_message_queues(topic)
+        offsets = dict.fromkeys(queues, 0)
+        deadline = time.monotonic() + timeout
+        while sum(len(v) for v in found.values()) < expect and time.monotonic() < deadline:
+            for mq in queues:
+                result = consumer.pull(mq, "*", offsets[mq], 32)
+                if result.status is PullStatus.FOUND:
+                    found.setdefault(mq, []).extend(result.messages)
+                offsets[mq] = result.next_begin_offset
+            time.sleep(0.1)
+    return found
+
+
+def flat(found: dict[MessageQueue, list[MessageExt]]) -> list[MessageExt]:
+    return [m for msgs in found.values() for m in msgs]
+
+
+@pytest.fixture(scope="module")
+def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    """``python -m gateway`` (gRPC on a free port) with quick transaction check-backs."""
+    s = GatewayServers(tmp_path_factory.mktemp("gateway-sdk5"), FAST_CONFIG).start()
+    assert s.grpc_addr, "the ready line names no gRPC endpoint"
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_send_read_by_4x_client(grpc_servers: GatewayServers, asynchronous: bool) -> None:
+    topic = topic_on(grpc_servers, "Sdk5Send")
+    specs = [
+        {"body": f"hello {i}", "tag": "TagA", "keys": [f"key{i}", "other"], "properties": {"color": "red", "n": str(i)}}
+        for i in range(3)
+    ]
+    out = run_scenario(
+        "producer", {"endpoint": grpc_servers.grpc_addr, "topic": topic, "messages": specs, "async": asynchronous}
+    )
+    assert "error" not in out, out
+    got = sorted(flat(pull_all(grpc_servers, topic, 3)), key=lambda m: m.body)
+    assert [m.body for m in got] == [b"hello 0", b"hello 1", b"hello 2"]
+    for i, m in enumerate(got):
+        assert m.tags == "TagA"
+        assert sorted(m.keys.split(" ")) == sorted([f"key{i}", "other"])
+        assert m.properties["color"] == "red" and m.properties["n"] == str(i)
+        # The SDK's message id is the UNIQ_KEY a 4.x consumer sees.
+        assert m.uniq_key == out["ids"][i]
+
+
+def test_fifo_message_groups_keep_queue_order(grpc_servers: GatewayServers) -> None:
+    topic = topic_on(grpc_servers, "Sdk5Fifo", queues=8)
+    specs = [{"body": f"{g}-{i}", "message_group": g} for i in range(6) for g in ("orders-a", "orders-b", "orders-c")]
+    out = run_scenario("producer", {"endpoint": grpc_servers.grpc_addr, "topic": topic, "messages": specs})
+    assert "error" not in out, out
+    found = pull_all(grpc_servers, topic, len(specs))
+    by_group: dict[str, list[tuple[int, str]]] = {}
+    for mq, msgs in found.items():
+        for m in msgs:
+            assert m.properties["__SHARDINGKEY"] == m.body.decode().rsplit("-", 1)[0]
+            by_group.setdefault(m.properties["__SHARDINGKEY"], []).append((mq.queue_id, m.body.decode()))
+    assert set(by_group) == {"orders-a", "orders-b", "orders-c"}
+    for group, entries in by_group.items():
+        assert len({q for q, _ in entries}) == 1, f"{group} spread over queues: {entries}"
+        assert [body for _, body in entries] == [f"{group}-{i}" for i in range(6)]
+
+
+def test_delivery_timestamp_delays_the_message(grpc_servers: GatewayServers) -> None:
+    topic = topic_on(grpc_servers, "Sdk5Delay")
+    deliver_s = int(time.time()) + 4
+    deliver_ms = deliver_s * 1000
+    out = run_scenario(
+        "producer",
+        {"endpoint": grpc_servers.grpc_addr, "topic": topic, "messages": [{"body": "later", "delivery_s": deliver_s}]},
+    )
+    assert "error" not in out, out
+    assert flat(pull_all(grpc_servers, topic, 1, timeout=1.0)) == [], "delivered before its time"
+    got = flat(pull_all(grpc_servers, topic, 1, timeout=15.0))
+    assert [m.body for m in got] == [b"later"]
+    assert got[0].store_timestamp >= deliver_ms - 50  # stored into the topic when due (timer resolution)
+    assert got[0].properties[MessageConst.TIMER_DELIVER_MS] == str(deliver_ms)
+
+
+@pytest.mark.parametrize("action", ["commit", "rollback"])
+def test_transaction_commit_and_rollback(grpc_servers: GatewayServers, action: str) -> None:
+    topic = topic_on(grpc_servers, "Sdk5Tx")
+    out = run_scenario("transaction", {"endpoint": grpc_servers.grpc_addr, "topic": topic, "action": action})
+    got = flat(pull_all(grpc_servers, topic, 1, timeout=6.0))
+    if action == "commit":
+        assert [m.uniq_key for m in got] == [out["id"]]
+    else:
+        assert got == []
+    assert out["checked"] == []
+
+
+def test_orphaned_transaction_checked_back_through_telemetry(grpc_servers: GatewayServers) -> None:
+    topic = topic_on(grpc_servers, "Sdk5TxCheck")
+    out = run_scenario(
+        "transaction",
+        {"endpoint": grpc_servers.grpc_addr, "topic": topic, "action": "orphan", "check": "COMMIT", "wait": 30},
+        timeout=90,
+    )
+    assert out["checked"] and out["checked"][0] == out["id"], out
+    got = flat(pull_all(grpc_servers, topic, 1, timeout=10.0))
+    assert [m.uniq_key for m in got] == [out["id"]]
+
+
+def test_tls_and_plaintext_on_one_port(tmp_path: Path, pki: certs.DevPki) -> None:
+    tls = {**pki.server_properties(), "tls.server.mode": "permissive", "tls.server.need.client.auth": "none"}
+    servers = GatewayServers(tmp_path / "gateway", tls).start()
+    try:
+        topic = topic_on(servers, "Sdk5Tls")
+        args = {"endpoint": servers.grpc_addr, "topic": topic, "messages": [{"body": "secret"}]}
+        # The SDK verifies the server against the roots gRPC is given: our dev CA.
+        out = run_scenario(
+            "producer", {**args, "tls": True}, env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": pki.path("ca.pem")}
+        )
+        assert "error" not in out, out
+        plain = run_scenario("producer", {**args, "messages": [{"body": "plain"}]})
+        assert "error" not in plain, plain
+        assert sorted(m.body for m in flat(pull_all(servers, topic, 2))) == [b"plain", b"secret"]
+    finally:
+        servers.stop()
+
+
+def test_acl_account_allowed_and_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    # The broker checks the proxy's own requests too: it signs them as the broker's inner client.
+    inner = json.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
+    config = {"aclEnable": "true", "rocketmqHome": str(home), "innerClientAuthenticationCredentials": inner}
+    servers = GatewayServers(tmp_path / "gateway", config, sign=ADMIN.sign).start()
+    try:
+        topic = topic_on(servers, "Sdk5Acl")
+        servers.create_topic("DeniedTopic")
+        base = {"endpoint": servers.grpc_addr, "messages": [{"body": "signed"}]}
+        allowed = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": APP.secret_key})
+        assert "error" not in allowed, allowed
+        denied = run_scenario("producer", {**base, "topic": "DeniedTopic", "ak": APP.access_key, "sk": APP.secret_key})
+        # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
+        assert "DeniedTopic" in denied.get("error", ""), denied
+        wrong = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": "not-the-secret"})
+        assert "error" in wrong, wrong
+        got = flat(pull_all(servers, topic, 1, security=ClientSecurity(ADMIN)))
+        assert [m.body for m in got] == [b"signed"]
+    finally:
+        servers.stop()
