@@ -521,6 +521,12 @@ class BrokerController(service.Service):
         last = max(store.get_message_store_timestamp(topic, queue_id, consumed - 1), 0) if consumed > 0 else 0
         return broker_offset, consumed, last
 
+    def inflight(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """Messages of one queue in flight: (pulled and not committed, popped and neither acked nor revived)."""
+        pulled_to = self.message_counts.pulled_to.get((topic, group, queue_id), 0)
+        pulled = max(pulled_to - max(self.offsets.query_offset(group, topic, queue_id), 0), 0)
+        return pulled, self.pop.inflight.get(topic, group, queue_id)
+
     def _read_queue_nums(self, topic: str) -> int | None:
         tc = self.topics.select(topic)
         return tc.read_queue_nums if tc is not None else None

@@ -504,11 +504,11 @@ def _offset_row(broker: BrokerController, group: str, topic: str, queue_id: int)
     none), and ``popInflight``, the messages popped and neither acked nor revived, when there are some (an
     extra field the Java admin ignores: Apache shows that count only in its metrics)."""
     broker_offset, consumed, last = broker.consume_progress(group, topic, queue_id)
+    pulled, popped = broker.inflight(group, topic, queue_id)
     row = {"brokerOffset": broker_offset, "consumerOffset": consumed, "lastTimestamp": last}
-    inflight = broker.pop.inflight.get(topic, group, queue_id)
-    if inflight:
-        row["popInflight"] = inflight
-    row["pullOffset"] = max(consumed, broker.message_counts.pulled_to.get((topic, group, queue_id), 0))
+    if popped:
+        row["popInflight"] = popped
+    row["pullOffset"] = consumed + pulled
     return row
 
 
