@@ -59,6 +59,7 @@ class ProxyServer(Service):
         self.system_properties = system_properties
         self.service: MessagingService | None = None
         self.port: Any = None
+        self.metrics_port: Any = None
 
     @property
     def listen_port(self) -> int:
@@ -84,6 +85,12 @@ class ProxyServer(Service):
         if authenticator is not None:
             authenticator.manager.start()
         service.start()
+        if self.config.metricsExporterType.upper() == "PROM":
+            from gateway import prometheus  # prometheus-client only when asked for
+
+            from .metrics import metrics_site
+
+            self.metrics_port = prometheus.listen(self.reactor, self.config, metrics_site(self.config, service))
         super().startService()
 
     def default_security(self) -> ClientSecurity:
@@ -102,6 +109,9 @@ class ProxyServer(Service):
         if service is not None and service.authenticator is not None:
             service.authenticator.manager.stop()
         d = maybeDeferred(port.stopListening) if port is not None else maybeDeferred(lambda: None)
+        metrics_port, self.metrics_port = self.metrics_port, None
+        if metrics_port is not None:
+            d.addCallback(lambda _: metrics_port.stopListening())
         if service is not None:
             d.addCallback(lambda _: service.stop())
         return d
