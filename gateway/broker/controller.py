@@ -136,8 +136,11 @@ class BrokerController(service.Service):
         self.notification_processor = NotificationProcessor(self)
         self.orderly.notify_notifications = self.notification_processor.notify_message_arriving
         self.dispatcher = RequestDispatcher()
+        # The latency of the gRPC calls served beside this broker (enableGrpcServer), shown on its /metrics.
+        self.grpc_latency: Histograms | None = None
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
+            self.grpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         send = SendMessageProcessor(self)
         for processor in (
             send,

@@ -75,7 +75,7 @@ class BrokerCollector:
         yield m_out
         yield b_out
         if broker.dispatcher.rpc_latency is not None:
-            yield prometheus.rpc_latency_family(base, broker.dispatcher.rpc_latency)
+            yield prometheus.rpc_latency_family(base, broker.dispatcher.rpc_latency, broker.grpc_latency)
         yield prometheus.gauge(base, "rocketmq_topic_number", "Topics", len(broker.topics.table))
         yield prometheus.gauge(base, "rocketmq_consumer_group_number", "Subscription groups", len(broker.groups.table))
         producers = sum(len(channels) for channels in broker.producers.table.values())

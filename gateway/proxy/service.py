@@ -93,6 +93,7 @@ class MessagingService:
         instance: ClientInstance,
         reactor: Any,
         authenticator: Authenticator | None = None,
+        rpc_latency: Histograms | None = None,
     ) -> None:
         from .client import ClientManager
         from .producer import ProducerActivity, TransactionTable
@@ -108,8 +109,9 @@ class MessagingService:
         self.producer = ProducerActivity(self)
         self.telemetry = TelemetryActivity(self)
         self.activities: list[Activity] = [RouteActivity(self), self.clients, self.telemetry, self.producer]
-        # (rpc, response code, long polling, result) → latency in ms, for rocketmq_rpc_latency{protocol_type=grpc_v2}.
-        self.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
+        # (rpc, response code, long polling, result) → latency in ms, for rocketmq_rpc_latency{protocol_type=grpc_v2}
+        # (the broker's, when the proxy runs beside one).
+        self.rpc_latency = rpc_latency if rpc_latency is not None else Histograms(RPC_LATENCY_BUCKETS_MS)
         for name in OPTIONAL_ACTIVITIES:
             try:
                 module = importlib.import_module(name)

@@ -11,10 +11,13 @@ import pytest
 import pytest_twisted
 from twisted.internet import reactor
 
+from gateway.__main__ import GatewayService
+from gateway.broker.config import load_broker_config
+from gateway.broker.controller import BrokerController
 from gateway.config import ConfigError
 from gateway.namesrv.service import NamesrvController
 from gateway.proxy.config import ProxyConfig, load_proxy_config
-from gateway.proxy.server import ProxyServer
+from gateway.proxy.server import ProxyServer, broker_proxy
 from gateway.proxy.v2 import service_pb2 as spb
 from tests.broker.test_metrics import sample, scrape_port
 from tests.namesrv.conftest import loopback_namesrv_config
@@ -68,3 +71,34 @@ def test_metrics_exporter_type_checked() -> None:
     with pytest.raises(ConfigError, match="metricsExporterType"):
         load_proxy_config(None, {"metricsExporterType": "OTLP"})
     assert load_proxy_config(None, {"metricsExporterType": "PROM"}).metricsExporterType == "PROM"
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_metrics_show_the_grpc_calls_served_beside_it(tmp_path: Path) -> None:
+    broker_cfg, store_cfg = load_broker_config(
+        None,
+        {
+            "bindAddress": "127.0.0.1",
+            "brokerIP1": "127.0.0.1",
+            "brokerName": "broker-a",
+            "listenPort": "0",
+            "grpcServerPort": "0",
+            "storePathRootDir": str(tmp_path / "store"),
+            "metricsExporterType": "PROM",
+            "metricsPromExporterPort": "0",
+        },
+    )
+    broker = BrokerController(broker_cfg, store_cfg, reactor)
+    grpc_server = broker_proxy(broker_cfg, reactor, None, broker.grpc_latency)
+    service = GatewayService(NamesrvController(loopback_namesrv_config(tmp_path), reactor), broker, grpc_server)
+    service.startService()
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_server.listen_port}")
+    try:
+        proxy = Proxy("", grpc_server.listen_port, None, channel, "")  # type: ignore[arg-type]
+        await proxy.call("QueryRoute", route_request("NoSuchTopicB"), spb.QueryRouteResponse)
+        samples = await scrape_port(broker_cfg.metricsPromExporterPort)
+        labels = {"node_type": "broker", "node_id": "broker-a", "protocol_type": "grpc_v2"}
+        assert sample(samples, "rocketmq_rpc_latency_count", **labels, request_code="query_route") == 1
+    finally:
+        channel.close()
+        await service.stopService()
