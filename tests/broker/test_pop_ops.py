@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
+from gateway.broker.pop.inflight import PopInflightCounter
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.extra_info import PROPERTY_POP_CK
 
+from . import test_pop_fifo as fifo
 from .conftest import BrokerUnderTest, remoting, sleep  # noqa: F401
+from .test_broker_server import create_topic
 from .test_console import _get
 from .test_metrics import sample, scrape
 from .test_pop import POP_CONFIG, api, fill, pop, pop_header
@@ -85,3 +88,37 @@ async def test_console_and_metrics_follow_pops_acks_and_revivals(
     assert any(k.startswith("rocketmq_pop_revive_latency{") for k in samples)
     status, page = await deferToThread(_get, f"{console}/groups?group=ops_cg")
     assert "<p>Messages in flight: 0</p>" in page
+
+
+@pytest_twisted.ensureDeferred
+async def test_orderly_pops_count_one_batch_per_queue(broker: BrokerUnderTest) -> None:
+    b = broker
+    await create_topic(b, fifo.TOPIC, 1)
+    await fifo.fill(b, 0, ["f0", "f1", "f2"])
+    first = await fifo.pop(b, max_nums=2, invisible_ms=300)
+    assert first.bodies() == ["f0", "f1"]
+    assert b.controller is not None
+    inflight = b.controller.pop.inflight
+    assert inflight.get(fifo.TOPIC, fifo.GROUP, 0) == 2
+    # Its invisible time over, the batch is popped again: counted once, not twice.
+    await sleep(0.4)
+    again = await fifo.pop(b, max_nums=2, invisible_ms=60_000)
+    assert again.bodies() == ["f0", "f1"]
+    assert inflight.get(fifo.TOPIC, fifo.GROUP, 0) == 2
+    assert (await fifo.ack(b, again, again.messages[0])).code == 0
+    assert inflight.get(fifo.TOPIC, fifo.GROUP, 0) == 1
+    assert (await fifo.ack(b, again, again.messages[1])).code == 0
+    assert inflight.get(fifo.TOPIC, fifo.GROUP, 0) == 0
+
+
+def test_inflight_counter_passes_over_pops_before_start_and_drops_empty_queues() -> None:
+    counter = PopInflightCounter(start_time=1000)
+    counter.increment("T", "g", 0, 3)
+    counter.decrement("T", "g", 999, 0, 1)  # popped before this broker started: never counted here
+    assert counter.get("T", "g", 0) == 3
+    counter.decrement("T", "g", 1000, 0, 5)
+    assert counter.get("T", "g", 0) == 0 and list(counter.items()) == []
+    counter.increment("T", "g", 1, 2)
+    counter.increment("U", "g", 0, 1)
+    counter.clear_group("g")
+    assert list(counter.items()) == []
