@@ -64,10 +64,13 @@ def main(argv: list[str] | None = None) -> None:
 
     def build(reactor: object) -> list:
         nonlocal service
+        broker = BrokerController(broker_cfg, store_cfg, reactor, broker_props)
         service = GatewayService(
             NamesrvController(namesrv_cfg, reactor, system_properties=namesrv_props),
-            BrokerController(broker_cfg, store_cfg, reactor, broker_props),
-            broker_proxy(broker_cfg, reactor, broker_props) if broker_cfg.enableGrpcServer else None,
+            broker,
+            broker_proxy(broker_cfg, reactor, broker_props, broker.grpc_latency)
+            if broker_cfg.enableGrpcServer
+            else None,
         )
         return [service]
 

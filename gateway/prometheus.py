@@ -29,11 +29,20 @@ def _code_name(enum: Any, code: int) -> str:
         return str(code)
 
 
-def rpc_latency_family(base: Labels, latency: Histograms) -> HistogramMetricFamily:
-    """rocketmq_rpc_latency (ms) by request code, response code and result, as RemotingMetricsManager labels it."""
+def rpc_latency_family(
+    base: Labels, latency: Histograms | None, grpc: Histograms | None = None
+) -> HistogramMetricFamily:
+    """rocketmq_rpc_latency (ms) by request code, response code and result, as RemotingMetricsManager labels it:
+    remoting requests from a dispatcher's counts, gRPC calls (protocol_type grpc_v2) from ``grpc``, whose keys
+    are the label values (rpc, response code, long polling, result)."""
     extra = ("protocol_type", "request_code", "response_code", "is_long_polling", "result")
     family = HistogramMetricFamily("rocketmq_rpc_latency", "Request latency in ms", labels=[*base, *extra])
-    for key in list(latency.table):
+    for key in list(grpc.table) if grpc is not None else ():
+        rpc, response_code, long_polling, result = key
+        buckets, total = grpc.cumulative(key)
+        labels = [*base.values(), "grpc_v2", rpc, response_code, "true" if long_polling else "false", result]
+        family.add_metric(labels, buckets, total)
+    for key in list(latency.table) if latency is not None else ():
         request_code, response_code, oneway, long_polling = key
         buckets, total = latency.cumulative(key)
         labels = [

@@ -358,10 +358,12 @@ def _group_topic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--topicName")
 
 
-@command("consumerProgress", "a group's offsets and lag per queue", _group_topic_args)
+@command("consumerProgress", "a group's offsets, lag and messages in flight per queue", _group_topic_args)
 def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
+    """mqadmin's columns; inflight is what was pulled and not committed (pullOffset - consumerOffset) plus,
+    for pops, the messages popped and neither acked nor revived yet (the broker's popInflight)."""
     rows = []
-    total_diff = 0
+    total_diff = total_inflight = 0
     retry = f"%RETRY%{args.groupName}"
     topics = {args.topicName} if args.topicName else set()
     masters = admin.route_masters(args.topicName or retry)
@@ -373,7 +375,10 @@ def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
             if topics and mq["topic"] not in topics:
                 continue
             diff = row["brokerOffset"] - row["consumerOffset"]
+            pulled = row.get("pullOffset", row["consumerOffset"]) - row["consumerOffset"]
+            inflight = max(pulled, 0) + row.get("popInflight", 0)
             total_diff += diff
+            total_inflight += inflight
             rows.append(
                 {
                     "topic": mq["topic"],
@@ -382,12 +387,14 @@ def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
                     "brokerOffset": row["brokerOffset"],
                     "consumerOffset": row["consumerOffset"],
                     "diff": diff,
+                    "inflight": inflight,
                     "lastTime": _ms(row.get("lastTimestamp", 0)),
                 }
             )
     rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
-    headers = ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "lastTime"]
-    return _Table(rows, headers, {"Diff Total": total_diff}, "offsetTable")
+    headers = ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "inflight", "lastTime"]
+    tail = {"Diff Total": total_diff, "Inflight Total": total_inflight}
+    return _Table(rows, headers, tail, "offsetTable")
 
 
 @command("consumerConnection", "a group's clients", lambda p: p.add_argument("-g", "--consumerGroup", required=True))

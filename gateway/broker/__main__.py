@@ -38,11 +38,12 @@ def main(argv: list[str] | None = None) -> None:
     start_logging(LogSettings.from_args(args), "broker.log")
 
     def build(reactor: object) -> list:
-        services = [BrokerController(broker_cfg, store_cfg, reactor, props)]
+        broker = BrokerController(broker_cfg, store_cfg, reactor, props)
+        services = [broker]
         if broker_cfg.enableGrpcServer:
             from gateway.proxy.server import broker_proxy
 
-            services.append(broker_proxy(broker_cfg, reactor, props))
+            services.append(broker_proxy(broker_cfg, reactor, props, broker.grpc_latency))
         return services
 
     run_services(

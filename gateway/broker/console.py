@@ -22,10 +22,11 @@ from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from gateway.remoting import fastjson
+from gateway.remoting.bodies import ConsumeType
 from gateway.remoting.codes import PermName, RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageExt, RecordError, decode_offset_message_id, decode_records
-from gateway.remoting.names import TRACE_TOPIC, topic_problem
+from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC, topic_problem
 from gateway.trace.view import trace_views
 
 from .inner import look_message
@@ -238,6 +239,14 @@ def _topics(broker: BrokerController, request: Request) -> bytes:
     return _page(broker, "Topics", _table(headers, rows, (0,)))
 
 
+# As mqadmin's consumerProgress names them.
+_CONSUME_TYPES = {
+    ConsumeType.CONSUME_ACTIVELY: "PULL",
+    ConsumeType.CONSUME_PASSIVELY: "PUSH",
+    ConsumeType.CONSUME_POP: "POP",
+}
+
+
 def _groups(broker: BrokerController, request: Request) -> bytes:
     group = _arg(request, "group")
     # One pass over the offset table: group → its committed queues.
@@ -246,20 +255,34 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
         topic, _, g = key.rpartition("@")
         committed.setdefault(g, []).extend((topic, qid) for qid in queues)
 
+    popping = {group for (_, group, _), _ in broker.pop.inflight.items()}
+
     def lag_rows(g: str) -> list[tuple[Any, ...]]:
         rows = []
         for topic, qid in sorted(committed.get(g, ())):
             high, consumed, last = broker.consume_progress(g, topic, qid)
-            rows.append((topic, qid, high, consumed, max(high - consumed, 0), _ms(last)))
+            inflight = sum(broker.inflight(g, topic, qid))
+            rows.append((topic, qid, high, consumed, max(high - consumed, 0), inflight, _ms(last)))
         return rows
+
+    def consume_type(g: str) -> str:
+        """POP for a group online as one (Apache's test), or with pops in flight or a pop retry topic here."""
+        cg = broker.consumers.get(g)
+        if cg is not None and cg.channels:
+            return _CONSUME_TYPES[cg.consume_type]
+        pop_retry = f"{RETRY_GROUP_TOPIC_PREFIX}{g}_"
+        return "POP" if g in popping or any(t.startswith(pop_retry) for t, _ in committed.get(g, ())) else "-"
 
     if group:
         cg = broker.consumers.get(group)
         rows = lag_rows(group)
         clients = [(i.client_id, i.channel.peer, i.language, i.version) for i in cg.channels.values()] if cg else []
+        headers = ("topic", "queue", "broker offset", "consumer offset", "lag", "inflight", "last consumed")
         content = (
-            _total_lag(sum(r[4] for r in rows))
-            + _table(("topic", "queue", "broker offset", "consumer offset", "lag", "last consumed"), rows)
+            f"<p>Consume type: {_e(consume_type(group))}</p>"
+            + _total_lag(sum(r[4] for r in rows))
+            + f"<p>Messages in flight: {sum(r[5] for r in rows)}</p>"
+            + _table(headers, rows)
             + "<h2>Clients online</h2>"
             + _table(("client id", "address", "language", "version"), clients)
         )
@@ -268,10 +291,13 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
     rows = []
     for g in names:
         cg = broker.consumers.get(g)
-        lag = sum(r[4] for r in lag_rows(g))
+        progress = lag_rows(g)
         link = f'<a href="/console/groups?group={quote(g)}">{_e(g)}</a>'
-        rows.append((link, len(cg.channels) if cg else 0, cg.message_model.name if cg else "-", lag))
-    return _page(broker, "Consumer groups", _table(("group", "clients online", "model", "lag"), rows, (0,)))
+        online = len(cg.channels) if cg else 0
+        model = cg.message_model.name if cg else "-"
+        rows.append((link, online, consume_type(g), model, sum(r[4] for r in progress), sum(r[5] for r in progress)))
+    headers = ("group", "clients online", "consume type", "model", "lag", "inflight")
+    return _page(broker, "Consumer groups", _table(headers, rows, (0,)))
 
 
 def _total_lag(lag: int) -> str:

@@ -136,8 +136,11 @@ class BrokerController(service.Service):
         self.notification_processor = NotificationProcessor(self)
         self.orderly.notify_notifications = self.notification_processor.notify_message_arriving
         self.dispatcher = RequestDispatcher()
+        # The latency of the gRPC calls served beside this broker (enableGrpcServer), shown on its /metrics.
+        self.grpc_latency: Histograms | None = None
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
+            self.grpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         send = SendMessageProcessor(self)
         for processor in (
             send,
@@ -520,6 +523,12 @@ class BrokerController(service.Service):
         consumed = max(self.offsets.query_offset(group, topic, queue_id), 0)
         last = max(store.get_message_store_timestamp(topic, queue_id, consumed - 1), 0) if consumed > 0 else 0
         return broker_offset, consumed, last
+
+    def inflight(self, group: str, topic: str, queue_id: int) -> tuple[int, int]:
+        """Messages of one queue in flight: (pulled and not committed, popped and neither acked nor revived)."""
+        pulled_to = self.message_counts.pulled_to.get((topic, group, queue_id), 0)
+        pulled = max(pulled_to - max(self.offsets.query_offset(group, topic, queue_id), 0), 0)
+        return pulled, self.pop.inflight.get(topic, group, queue_id)
 
     def _read_queue_nums(self, topic: str) -> int | None:
         tc = self.topics.select(topic)

@@ -5,8 +5,9 @@ Messages in are the consume queues' ends (every message a topic ever stored, so 
 restarts); bytes in, message sizes and messages and bytes out are the counters the send and pull paths keep
 for the 4.x stats (``stats.MessageCounts``), request latency the dispatcher's counts; everything else
 (topics, groups, connections, storage, consumer lag) is read from the broker's own tables when Prometheus
-scrapes. Names and labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster, node_type, node_id,
-topic}``...).
+scrapes. Pops add to messages out and in flight, and to PopMetricsManager's counters and revive backlog
+(``rocketmq_pop_revive_*``). Names and labels are RocketMQ 5's (``rocketmq_messages_in_total{cluster,
+node_type, node_id, topic}``...).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from twisted.web.util import Redirect
 from gateway import prometheus
 
 from .console import ConsoleResource
+from .pop.records import REVIVE_GROUP
 from .stats import message_type
 
 if TYPE_CHECKING:
@@ -73,7 +75,7 @@ class BrokerCollector:
         yield m_out
         yield b_out
         if broker.dispatcher.rpc_latency is not None:
-            yield prometheus.rpc_latency_family(base, broker.dispatcher.rpc_latency)
+            yield prometheus.rpc_latency_family(base, broker.dispatcher.rpc_latency, broker.grpc_latency)
         yield prometheus.gauge(base, "rocketmq_topic_number", "Topics", len(broker.topics.table))
         yield prometheus.gauge(base, "rocketmq_consumer_group_number", "Subscription groups", len(broker.groups.table))
         producers = sum(len(channels) for channels in broker.producers.table.values())
@@ -93,6 +95,7 @@ class BrokerCollector:
                 base, "rocketmq_ha_slave_fall_behind_bytes", "Bytes the furthest slave lags behind", lag_bytes
             )
         yield from self._consumer_lag(base, values, labels)
+        yield from self._pop(base, values)
 
     def _consumer_lag(self, base: dict[str, str], values: list[str], labels: tuple[str, ...]) -> Iterator[Any]:
         """Lag in messages and, from the store time of the oldest message not consumed, in milliseconds."""
@@ -122,12 +125,73 @@ class BrokerCollector:
             "rocketmq_consumer_inflight_messages", "Messages pulled and not yet committed", labels=[*base, *labels]
         )
         held: Counter[tuple[str, str]] = Counter()
-        for (topic, group, queue_id), pulled_to in list(broker.message_counts.pulled_to.items()):
-            committed = broker.offsets.query_offset(group, topic, queue_id)
-            held[(topic, group)] += max(pulled_to - max(committed, 0), 0)
+        for topic, group, queue_id in list(broker.message_counts.pulled_to):
+            held[(topic, group)] += broker.inflight(group, topic, queue_id)[0]
+        # Pops: the messages popped and neither acked nor revived (PopInflightMessageCounter).
+        for (topic, group, _), n in broker.pop.inflight.items():
+            held[(topic, group)] += n
         for (topic, group), n in held.items():
             inflight.add_metric([*values, topic, group], n)
         yield inflight
+        ready = GaugeMetricFamily(
+            "rocketmq_consumer_ready_messages", "Messages stored and not yet pulled or popped", labels=[*base, *labels]
+        )
+        for key, queues in list(broker.offsets.offset_table.items()):
+            topic, _, group = key.partition("@")
+            waiting = 0
+            for queue_id in list(queues):
+                high = store.get_max_offset_in_queue(topic, queue_id)
+                pulled = broker.inflight(group, topic, queue_id)[0]
+                waiting += max(high - max(queues.get(queue_id, 0), 0) - pulled, 0)
+            ready.add_metric([*values, topic, group], waiting)
+        yield ready
+
+    def _pop(self, base: dict[str, str], values: list[str]) -> Iterator[Any]:
+        """PopMetricsManager's counters and the revive queues' backlog (records not revived through, and the
+        age in ms of the first of them)."""
+        pop = self.broker.pop
+        put = CounterMetricFamily(
+            "rocketmq_pop_revive_in_message",
+            "Checkpoints and acks put to the revive topic",
+            labels=[*base, "consumer_group", "topic", "revive_message_type", "put_status"],
+        )
+        for key, n in list(pop.revive_put.items()):
+            put.add_metric([*values, *key], n)
+        yield put
+        get = CounterMetricFamily(
+            "rocketmq_pop_revive_out_message",
+            "Checkpoints and acks read from the revive topic",
+            labels=[*base, "consumer_group", "topic", "queue_id", "revive_message_type"],
+        )
+        for (group, topic, queue_id, kind), n in list(pop.revive_get.items()):
+            get.add_metric([*values, group, topic, str(queue_id), kind], n)
+        yield get
+        retry = CounterMetricFamily(
+            "rocketmq_pop_revive_retry_messages",
+            "Messages put into the pop retry topics",
+            labels=[*base, "consumer_group", "topic", "put_status"],
+        )
+        for key, n in list(pop.revive_retry.items()):
+            retry.add_metric([*values, *key], n)
+        yield retry
+        lag = GaugeMetricFamily(
+            "rocketmq_pop_revive_lag", "Revive records not revived through", labels=[*base, "queue_id"]
+        )
+        latency = GaugeMetricFamily(
+            "rocketmq_pop_revive_latency",
+            "Age in ms of the first revive record not revived through",
+            labels=[*base, "queue_id"],
+        )
+        store, now = self.broker.store, int(time.time() * 1000)
+        for queue_id in range(self.broker.config.reviveQueueNum):
+            # The revive service commits the offset of the last checkpoint it revived.
+            first = self.broker.offsets.query_offset(REVIVE_GROUP, pop.revive_topic, queue_id) + 1
+            behind = max(store.get_max_offset_in_queue(pop.revive_topic, queue_id) - first, 0)
+            stored_at = store.get_message_store_timestamp(pop.revive_topic, queue_id, first) if behind else 0
+            lag.add_metric([*values, str(queue_id)], behind)
+            latency.add_metric([*values, str(queue_id)], max(now - stored_at, 0) if stored_at > 0 else 0)
+        yield lag
+        yield latency
 
 
 def metrics_site(broker: BrokerController) -> Site:

@@ -92,11 +92,14 @@ class MessageCounts:
     def total_out(self) -> int:
         return sum(self.messages_out.values())
 
-    def pulled(self, topic: str, group: str, queue_id: int, messages: int, size: int, next_offset: int) -> None:
+    def pulled(self, topic: str, group: str, queue_id: int, messages: int, size: int, next_offset: int | None) -> None:
+        """Messages and bytes out; ``next_offset`` is the pull offset (None for pops, which keep no pull
+        offset: their messages in flight are counted by the pop room)."""
         self.messages_out[(topic, group)] += messages
         self.bytes_out[(topic, group)] += size
         self.pulls[(topic, group)] += 1
-        self.pulled_to[(topic, group, queue_id)] = next_offset
+        if next_offset is not None:
+            self.pulled_to[(topic, group, queue_id)] = next_offset
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
 
 from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
@@ -47,6 +48,12 @@ class ProxyConfig:
     grpcClientConsumerLongPollingBatchSize: int = 32
     # A client seen neither by a call nor on its telemetry stream for this long is forgotten (channelExpiredTimeout).
     channelExpiredTimeout: int = 120000
+    # Who the proxy is in its metrics, and RocketMQ 5's pull exporter: PROM serves /metrics (gateway.proxy.metrics).
+    proxyClusterName: str = "DefaultCluster"
+    proxyName: str = field(default_factory=lambda: socket.gethostname() or "DEFAULT_PROXY")
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = ""  # default: bindAddress
+    metricsPromExporterPort: int = 5557
 
 
 def load_proxy_config(path: str | None = None, overrides: dict[str, str] | None = None) -> ProxyConfig:

@@ -12,6 +12,7 @@ from twisted.internet.defer import maybeDeferred
 from gateway.acl.plain_permission_manager import PlainPermissionManager
 from gateway.client.instance import ClientInstance
 from gateway.client.security import ClientSecurity
+from gateway.remoting.rpc_latency import Histograms
 from gateway.tls.config import TlsConfig
 from gateway.tls.server import TlsServer
 
@@ -42,7 +43,7 @@ class ProxyServer(Service):
 
     ``system_properties`` carries the ``tls.*`` keys (None: plaintext only); ``security`` is how the proxy's
     remoting client reaches NameServers and brokers (TLS, signing); by default as ``config`` and the ``tls.*``
-    client keys say.
+    client keys say. ``rpc_latency`` counts the calls' latency for another's /metrics (a broker's).
     """
 
     def __init__(
@@ -51,14 +52,17 @@ class ProxyServer(Service):
         reactor: Any,
         system_properties: Mapping[str, str] | None = None,
         security: ClientSecurity | None = None,
+        rpc_latency: Histograms | None = None,
     ) -> None:
         self.config = config
         self.reactor = reactor
         self.tls = GrpcTlsServer.from_system_properties(system_properties, reactor)
         self.security = security
         self.system_properties = system_properties
+        self.rpc_latency = rpc_latency
         self.service: MessagingService | None = None
         self.port: Any = None
+        self.metrics_port: Any = None
 
     @property
     def listen_port(self) -> int:
@@ -74,7 +78,7 @@ class ProxyServer(Service):
         if self.config.aclEnable:
             manager = PlainPermissionManager.for_server(self.config.rocketmqHome, self.system_properties, self.reactor)
             authenticator = AclAuthenticator(manager)
-        service = MessagingService(self.config, instance, self.reactor, authenticator)
+        service = MessagingService(self.config, instance, self.reactor, authenticator, self.rpc_latency)
         factory = self.tls.wrap(service.factory())
         self.port = self.reactor.listenTCP(self.config.grpcServerPort, factory, interface=self.config.bindAddress)
         # QueryRoute answers with our port: the real one when the system chose it.
@@ -84,6 +88,12 @@ class ProxyServer(Service):
         if authenticator is not None:
             authenticator.manager.start()
         service.start()
+        if self.config.metricsExporterType.upper() == "PROM":
+            from gateway import prometheus  # prometheus-client only when asked for
+
+            from .metrics import metrics_site
+
+            self.metrics_port = prometheus.listen(self.reactor, self.config, metrics_site(self.config, service))
         super().startService()
 
     def default_security(self) -> ClientSecurity:
@@ -102,12 +112,20 @@ class ProxyServer(Service):
         if service is not None and service.authenticator is not None:
             service.authenticator.manager.stop()
         d = maybeDeferred(port.stopListening) if port is not None else maybeDeferred(lambda: None)
+        metrics_port, self.metrics_port = self.metrics_port, None
+        if metrics_port is not None:
+            d.addCallback(lambda _: metrics_port.stopListening())
         if service is not None:
             d.addCallback(lambda _: service.stop())
         return d
 
 
-def broker_proxy(broker_config: Any, reactor: Any, system_properties: Mapping[str, str] | None) -> ProxyServer:
+def broker_proxy(
+    broker_config: Any,
+    reactor: Any,
+    system_properties: Mapping[str, str] | None,
+    rpc_latency: Histograms | None = None,
+) -> ProxyServer:
     """The gRPC endpoint a broker runs beside itself (``enableGrpcServer``): on its bind address, with its ACL
     and TLS settings, reaching the NameServers the broker registers with (read when the service starts).
     With ``aclEnable`` the broker checks the proxy's own requests too: set ``innerClientAuthenticationCredentials``
@@ -121,4 +139,5 @@ def broker_proxy(broker_config: Any, reactor: Any, system_properties: Mapping[st
     )
     # Its requests reach the broker like any client's: signed as the broker signs its own, when it checks ACL.
     tls = TlsConfig.from_properties(system_properties) if system_properties else None
-    return ProxyServer(config, reactor, system_properties, ClientSecurity(broker_config.inner_credentials, tls))
+    security = ClientSecurity(broker_config.inner_credentials, tls)
+    return ProxyServer(config, reactor, system_properties, security, rpc_latency)

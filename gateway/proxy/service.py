@@ -11,6 +11,8 @@ Apache's proxy answers them), never as a broken call. RPCs no activity serves an
 from __future__ import annotations
 
 import importlib
+import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +24,7 @@ from twisted.python.failure import Failure
 from gateway.client.errors import REMOTING_ERRORS, MQBrokerError, MQClientError
 from gateway.client.instance import ClientInstance
 from gateway.remoting.errors import NameServerUnreachable
+from gateway.remoting.rpc_latency import RPC_LATENCY_BUCKETS_MS, Histograms
 
 from .config import ProxyConfig
 from .convert import ProxyError, status_of
@@ -90,6 +93,7 @@ class MessagingService:
         instance: ClientInstance,
         reactor: Any,
         authenticator: Authenticator | None = None,
+        rpc_latency: Histograms | None = None,
     ) -> None:
         from .client import ClientManager
         from .producer import ProducerActivity, TransactionTable
@@ -105,6 +109,9 @@ class MessagingService:
         self.producer = ProducerActivity(self)
         self.telemetry = TelemetryActivity(self)
         self.activities: list[Activity] = [RouteActivity(self), self.clients, self.telemetry, self.producer]
+        # (rpc, response code, long polling, result) → latency in ms, for rocketmq_rpc_latency{protocol_type=grpc_v2}
+        # (the broker's, when the proxy runs beside one).
+        self.rpc_latency = rpc_latency if rpc_latency is not None else Histograms(RPC_LATENCY_BUCKETS_MS)
         for name in OPTIONAL_ACTIVITIES:
             try:
                 module = importlib.import_module(name)
@@ -136,24 +143,31 @@ class MessagingService:
         return GrpcServerFactory(methods)
 
     def _method(self, rpc: Rpc) -> Method:
+        request_code = _snake_case(rpc.name)
         if rpc.kind is Kind.UNARY:
 
             def unary(call: ServerCall, request: Any) -> Any:
+                started = time.perf_counter()
                 d = maybeDeferred(self._enter, call, request, rpc.handler)
-                return d.addErrback(self._error_response, rpc)
+                d.addErrback(self._error_response, rpc)
+                return d.addBoth(self._count_latency, call, request_code, started)
 
             return Method(Kind.UNARY, rpc.request_type, unary)
         if rpc.kind is Kind.SERVER_STREAM:
 
             def server_stream(call: ServerCall, request: Any) -> Any:
+                started = time.perf_counter()
                 d = maybeDeferred(self._enter, call, request, rpc.handler, call)
 
-                def failed(failure: Failure) -> None:
+                def failed(failure: Failure) -> Any:
+                    response = self._error_response(failure, rpc)
                     if not call.finished:
-                        call.send(self._error_response(failure, rpc))
+                        call.send(response)
                         call.finish()
+                    return response
 
-                return d.addErrback(failed)
+                d.addErrback(failed)
+                return d.addBoth(self._count_latency, call, request_code, started, True)
 
             return Method(Kind.SERVER_STREAM, rpc.request_type, server_stream)
 
@@ -161,6 +175,23 @@ class MessagingService:
             return rpc.handler(ProxyContext.of(call), call)
 
         return Method(Kind.BIDI_STREAM, rpc.request_type, bidi)
+
+    def _count_latency(
+        self, result: Any, call: ServerCall, request_code: str, started: float, long_polling: bool = False
+    ) -> Any:
+        """rocketmq_rpc_latency of a unary call or server stream, under Apache's labels with protocol_type
+        grpc_v2: the RPC as request_code, the answer's RocketMQ Code (or the gRPC status it failed with) as
+        response_code. A server stream's handler answers on the stream: what it returns counts as success."""
+        if isinstance(result, Failure):
+            error = result.value
+            status = error.status.name if isinstance(error, GrpcCallError) else "UNKNOWN"
+            key = (request_code, status.lower(), long_polling, "process_request_failed")
+        else:
+            code = result.status.code if result is not None and hasattr(result, "status") else pb.Code.OK
+            outcome = "cancelled" if call.cancelled else "success"
+            key = (request_code, pb.Code.Name(code).lower(), long_polling, outcome)
+        self.rpc_latency.record(key, (time.perf_counter() - started) * 1000)
+        return None if long_polling else result
 
     def _enter(self, call: ServerCall, request: Any, handler: Callable[..., Any], *extra: Any) -> Any:
         ctx = self.context(call)
@@ -188,3 +219,8 @@ class MessagingService:
         elif not isinstance(error, ProxyError):
             log.failure("{rpc} failed", failure, rpc=rpc.name)
         return rpc.response_type(status=status_of(error))
+
+
+def _snake_case(name: str) -> str:
+    """``ReceiveMessage`` → ``receive_message``, as RocketMQ's request code names read."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()

@@ -107,6 +107,7 @@ class OrderlyPop:
             offsets.commit_offset(group, topic, queue_id, next_offset)
             if not self.order_info.check_block(None, topic, group, queue_id, invisible_time):
                 self.notify_arriving(topic, queue_id, group)
+        self.broker.pop.inflight.decrement(topic, group, pop_time, queue_id, 1)
         return None
 
     def change_invisible_time(

@@ -143,6 +143,7 @@ class PopReviveService:
         try:
             if tag == CK_TAG:
                 ck = PopCheckPoint.decode(ext.body)
+                self.pop.revive_get[(ck.cid, ck.topic, queue.queue_id, "CK")] += 1
                 if len(queue.checkpoints) >= MAX_PENDING:
                     if queue.rewind is None:
                         queue.rewind = ext.queue_offset
@@ -151,6 +152,7 @@ class PopReviveService:
                     queue.checkpoints[ck.merge_key] = ck
             elif tag in (ACK_TAG, BATCH_ACK_TAG):
                 ack = AckMsg.decode(ext.body, batch=tag == BATCH_ACK_TAG)
+                self.pop.revive_get[(ack.consumer_group, ack.topic, queue.queue_id, "ACK")] += 1
                 point = queue.checkpoints.get(ack.merge_key(self.broker.config.brokerName))
                 if point is not None:  # an ack of a checkpoint already revived (or unknown) is skipped
                     for offset in ack.ack_offset_list if ack.ack_offset_list is not None else (ack.ack_offset,):
@@ -222,6 +224,7 @@ class PopReviveService:
         msg.born_host = msg.store_host = broker.store_host
         self.pop.add_retry_topic_if_not_exist(topic, ck.cid)
         result = broker.store.put_message(msg)
+        self.pop.revive_retry[(ck.cid, ck.topic, result.status.name)] += 1
         if not result.ok:
             log.error(
                 "reviveQueueId={qid}, revive error, msg is: {topic} {offset}",
@@ -229,7 +232,9 @@ class PopReviveService:
                 topic=topic,
                 offset=ext.queue_offset,
             )
-        return result.ok
+            return False
+        self.pop.inflight.decrement(ck.topic, ck.cid, ck.pop_time, ck.queue_id, 1)
+        return True
 
     def _re_put_checkpoint(self, queue: _ReviveQueue, old: PopCheckPoint, offset: int) -> None:
         """rePutCK: a checkpoint of the one message that could not be revived, due again a while later."""

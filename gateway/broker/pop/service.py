@@ -4,6 +4,7 @@ AckMessageProcessor.appendAck, PopReviveService.addRetryTopicIfNotExist)."""
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from twisted.logger import Logger
@@ -13,6 +14,7 @@ from gateway.remoting.message import MessageConst, properties_to_string, tags_co
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 
+from .inflight import PopInflightCounter
 from .records import ACK_TIME_INTERVAL, CK_TAG, RETRY_QUEUE_NUM, AckMsg, PopCheckPoint, revive_topic
 
 if TYPE_CHECKING:
@@ -31,6 +33,13 @@ class PopService:
         self.revive_topic = revive_topic(broker.config.brokerClusterName)
         # PopMessageProcessor.ckMessageNumber: checkpoints are spread over the revive queues in turn.
         self._ck_number = itertools.count()
+        self.inflight = PopInflightCounter(now_ms())
+        # PopMetricsManager's counters: records put to the revive topic (group, topic, CK/ACK, put status),
+        # records the revive service read (group, topic, revive queue, CK/ACK), and messages it put into the
+        # pop retry topics (group, topic, put status).
+        self.revive_put: Counter[tuple[str, str, str, str]] = Counter()
+        self.revive_get: Counter[tuple[str, str, int, str]] = Counter()
+        self.revive_retry: Counter[tuple[str, str, str]] = Counter()
 
     def load(self) -> None:
         """Create the revive topic (a system topic with reviveQueueNum queues), as TopicConfigManager does."""
@@ -46,13 +55,26 @@ class PopService:
 
     def append_checkpoint(self, ck: PopCheckPoint, revive_qid: int) -> bool:
         """Store ``ck``, delivered to its revive queue one second before its revive time (buildCkMsg)."""
-        return self._put(revive_qid, CK_TAG, ck.encode(), ck.unique_id, ck.revive_time - ACK_TIME_INTERVAL, str(ck))
+        deliver_ms = ck.revive_time - ACK_TIME_INTERVAL
+        return self._put(revive_qid, CK_TAG, ck.encode(), ck.unique_id, deliver_ms, ck.cid, ck.topic, "CK", str(ck))
 
     def append_ack(self, ack: AckMsg, revive_qid: int, deliver_ms: int) -> bool:
         """Store ``ack``, delivered to its revive queue at ``deliver_ms`` (the acked pop's revive time)."""
-        return self._put(revive_qid, ack.tag, ack.encode(), ack.unique_id, deliver_ms, str(ack))
+        group, topic = ack.consumer_group, ack.topic
+        return self._put(revive_qid, ack.tag, ack.encode(), ack.unique_id, deliver_ms, group, topic, "ACK", str(ack))
 
-    def _put(self, revive_qid: int, tag: str, body: bytes, unique_id: str, deliver_ms: int, what: str) -> bool:
+    def _put(
+        self,
+        revive_qid: int,
+        tag: str,
+        body: bytes,
+        unique_id: str,
+        deliver_ms: int,
+        group: str,
+        topic: str,
+        kind: str,
+        what: str,
+    ) -> bool:
         broker = self.broker
         props = {
             MessageConst.TAGS: tag,
@@ -76,6 +98,7 @@ class PopService:
             log.error("pop: {what} not stored: {remark}", what=what, remark=refused)
             return False
         result = broker.store.put_message(msg)
+        self.revive_put[(group, topic, kind, result.status.name)] += 1
         if not result.ok:
             log.error("pop: {what} not stored: {status}", what=what, status=result.status.name)
         return result.ok

@@ -156,3 +156,5 @@ class AckMessageProcessor:
             response.remark = f"reviveQid[{revive_qid}] is illegal"
             return
         pop.append_ack(ack, revive_qid, ack.pop_time + invisible_time)
+        acked = len(ack.ack_offset_list) if ack.ack_offset_list is not None else 1
+        pop.inflight.decrement(ack.topic, ack.consumer_group, ack.pop_time, ack.queue_id, acked)

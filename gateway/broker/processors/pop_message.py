@@ -217,8 +217,10 @@ class PopMessageProcessor:
         store = broker.store
         header = ctx.header
         group = header.consumer_group
-        if header.order and broker.orderly.blocked(header.attempt_id, topic, group, queue_id, header.invisible_time):
-            return  # its previous batch holds it; that backlog is not counted (gateway.broker.pop.orderly)
+        if header.order:
+            if broker.orderly.blocked(header.attempt_id, topic, group, queue_id, header.invisible_time):
+                return  # its previous batch holds it; that backlog is not counted (gateway.broker.pop.orderly)
+            broker.pop.inflight.clear(topic, group, queue_id)  # what it held before is returned again
         if ctx.wanted <= 0:  # full: only counted in restNum
             offset = self.pop_offset(topic, group, queue_id, header.init_mode, commit=False)
             ctx.rest_num += store.get_max_offset_in_queue(topic, queue_id) - offset
@@ -254,9 +256,8 @@ class PopMessageProcessor:
                 broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
             append_offset_info(ctx.start_offset_info, topic, queue_id, offset)
             append_offset_info(ctx.msg_offset_info, topic, queue_id, queue_offsets)
-            broker.message_counts.pulled(
-                topic, group, queue_id, result.message_count, result.buffer_total_size, result.next_begin_offset
-            )
+            broker.message_counts.pulled(topic, group, queue_id, result.message_count, result.buffer_total_size, None)
+            broker.pop.inflight.increment(topic, group, queue_id, result.message_count)
             self._add_messages(ctx, result, topic, offset, is_retry)
         elif result.status in _NOTHING_MATCHED and result.next_begin_offset > -1:
             broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
