@@ -122,6 +122,34 @@ class ReceiptHandle:
         )
 
 
+def build_extra_info(
+    ck_queue_offset: int,
+    pop_time: int,
+    invisible_time: int,
+    revive_queue_id: int,
+    topic_type: str,
+    broker_name: str,
+    queue_id: int,
+    queue_offset: int,
+) -> str:
+    """ExtraInfoUtil.buildExtraInfo: the broker's checkpoint info for one popped message."""
+    return SEPARATOR.join(
+        map(
+            str,
+            (
+                ck_queue_offset,
+                pop_time,
+                invisible_time,
+                revive_queue_id,
+                topic_type,
+                broker_name,
+                queue_id,
+                queue_offset,
+            ),
+        )
+    )
+
+
 def create_handle(extra_info: str, commit_log_offset: int) -> str:
     """ConsumerProcessor.createHandle: the broker's POP_CK extraInfo plus the message's commitlog offset."""
     return f"{extra_info}{SEPARATOR}{commit_log_offset}"
