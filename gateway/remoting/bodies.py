@@ -12,6 +12,8 @@ Missing or null properties keep the Java default. Topic and group names are chec
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import re
 import time
@@ -763,3 +765,106 @@ class LockBatchResponseBody:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> LockBatchResponseBody:
         return cls([MessageQueue.from_json(mq) for mq in _objects(_map(obj).get("lockOKMQSet"), "lockOKMQSet")])
+
+
+# A batch ack's bit set covers one checkpoint's messages (at most a pop's 32, spread over filtered offsets): 64 Ki
+# offsets is far beyond any real one and keeps a hostile body from making the broker walk millions of bits.
+BATCH_ACK_MAX_BITSET_BYTES = 8192
+
+
+def _alias(obj: dict[str, Any], short: str, long: str) -> str:
+    """The key fastjson would read for a field written as ``short`` with ``long`` among its alternateNames."""
+    return short if short in obj else long
+
+
+@dataclass(slots=True)
+class BatchAck:
+    """One checkpoint's acks in a BATCH_ACK_MESSAGE body: ``bit_set`` holds the acked offsets less ``start_offset``
+    (Java's BitSet, written by fastjson as the base64 of ``toByteArray()``, little-endian)."""
+
+    consumer_group: str
+    topic: str
+    retry: str  # "0" the topic itself, "1" its pop retry topic (ExtraInfoUtil's codes)
+    start_offset: int
+    queue_id: int
+    revive_queue_id: int
+    pop_time: int
+    invisible_time: int
+    bit_set: frozenset[int] = frozenset()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "b": base64.b64encode(_bits_to_bytes(self.bit_set)).decode(),
+            "c": self.consumer_group,
+            "it": self.invisible_time,
+            "pt": self.pop_time,
+            "q": self.queue_id,
+            "r": self.retry,
+            "rq": self.revive_queue_id,
+            "so": self.start_offset,
+            "t": self.topic,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> BatchAck:
+        obj = _map(obj, "acks")
+        b = _alias(obj, "b", "bitSet")
+        raw = obj.get(b)
+        if raw is None:
+            bits: frozenset[int] = frozenset()
+        else:
+            if not isinstance(raw, str):
+                raise _bad(b, "a base64 string", raw)
+            if len(raw) > BATCH_ACK_MAX_BITSET_BYTES * 4 // 3 + 4:
+                raise BodyError(f"body field '{b}': a bit set over {BATCH_ACK_MAX_BITSET_BYTES} bytes")
+            try:
+                bits = _bytes_to_bits(base64.b64decode(raw, validate=True))
+            except binascii.Error:
+                raise BodyError(f"body field '{b}': not base64") from None
+        return cls(
+            consumer_group=check_group(_str(obj, _alias(obj, "c", "consumerGroup"))),
+            topic=check_topic(_str(obj, _alias(obj, "t", "topic"))),
+            retry=_str(obj, _alias(obj, "r", "retry"), "0"),
+            start_offset=_int64(obj, _alias(obj, "so", "startOffset")),
+            queue_id=_int32(obj, _alias(obj, "q", "queueId"), non_negative=True),
+            revive_queue_id=_int32(obj, _alias(obj, "rq", "reviveQueueId"), non_negative=True),
+            pop_time=_int64(obj, _alias(obj, "pt", "popTime")),
+            invisible_time=_int64(obj, _alias(obj, "it", "invisibleTime")),
+            bit_set=bits,
+        )
+
+
+def _bits_to_bytes(bits: frozenset[int]) -> bytes:
+    n = 0
+    for i in bits:
+        n |= 1 << i
+    return n.to_bytes((n.bit_length() + 7) // 8, "little")
+
+
+def _bytes_to_bits(data: bytes) -> frozenset[int]:
+    n = int.from_bytes(data, "little")
+    out = []
+    while n:
+        low = n & -n
+        out.append(low.bit_length() - 1)
+        n ^= low
+    return frozenset(out)
+
+
+@dataclass(slots=True)
+class BatchAckMessageRequestBody:
+    """BATCH_ACK_MESSAGE (200151) body."""
+
+    broker_name: str | None = None
+    acks: list[BatchAck] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"acks": [a.to_json() for a in self.acks], "brokerName": self.broker_name}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> BatchAckMessageRequestBody:
+        obj = _map(obj)
+        return cls(
+            broker_name=_opt_str(obj, "brokerName"),
+            acks=[BatchAck.from_json(a) for a in _objects(obj.get("acks"), "acks")],
+        )

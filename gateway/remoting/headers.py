@@ -700,3 +700,71 @@ class ViewMessageRequestHeader(CommandHeader):
     """VIEW_MESSAGE_BY_ID (33): the commitlog offset of an offsetMsgId."""
 
     offset: int = wire("offset", int, required=True)
+
+
+# ---------------------------------------------------------------------------- pop (5.x)
+
+
+@dataclass(slots=True)
+class PopMessageRequestHeader(CommandHeader):
+    """POP_MESSAGE (200050): ``queueId`` -1 pops from any queue; ``initMode`` (ConsumeInitMode) places a group
+    without an offset: 0 (MIN) at the queue's start, 1 (MAX) at its end; ``expType`` TAG or SQL92."""
+
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    max_msg_nums: int = wire("maxMsgNums", int, required=True)
+    invisible_time: int = wire("invisibleTime", int, required=True)
+    poll_time: int = wire("pollTime", int, required=True)
+    born_time: int = wire("bornTime", int, required=True)
+    init_mode: int = wire("initMode", int, required=True)
+    exp_type: str | None = wire("expType")
+    exp: str | None = wire("exp")
+    order: bool = wire("order", bool, default=False)
+    attempt_id: str | None = wire("attemptId")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class PopMessageResponseHeader(CommandHeader):
+    """Answer to POP_MESSAGE; ``startOffsetInfo``/``msgOffsetInfo``/``orderCountInfo`` as ExtraInfoUtil builds them."""
+
+    pop_time: int = wire("popTime", int, required=True)
+    invisible_time: int = wire("invisibleTime", int, required=True)
+    revive_qid: int = wire("reviveQid", int, required=True)
+    rest_num: int = wire("restNum", int, required=True)
+    start_offset_info: str | None = wire("startOffsetInfo")
+    msg_offset_info: str | None = wire("msgOffsetInfo")
+    order_count_info: str | None = wire("orderCountInfo")
+
+
+@dataclass(slots=True)
+class AckMessageRequestHeader(CommandHeader):
+    """ACK_MESSAGE (200051): ``extraInfo`` is the message's POP_CK property, ``offset`` its queue offset."""
+
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    extra_info: str = wire("extraInfo", required=True)
+    offset: int = wire("offset", int, required=True)
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeRequestHeader(CommandHeader):
+    """CHANGE_MESSAGE_INVISIBLETIME (200053): the message becomes visible ``invisibleTime`` ms from now."""
+
+    consumer_group: str = wire("consumerGroup", Group, required=True)
+    topic: str = wire("topic", Topic, required=True)
+    queue_id: int = wire("queueId", int, required=True)
+    extra_info: str = wire("extraInfo", required=True)
+    offset: int = wire("offset", int, required=True)
+    invisible_time: int = wire("invisibleTime", int, required=True)
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeResponseHeader(CommandHeader):
+    pop_time: int = wire("popTime", int, required=True)
+    invisible_time: int = wire("invisibleTime", int, required=True)
+    revive_qid: int = wire("reviveQid", int, required=True)
