@@ -77,6 +77,18 @@ class BrokerConfig:
     enablePropertyFilter: bool = False
     # Java's system property rocketmq.broker.rebalance.lockMaxLiveTime (ms), as a broker.conf key here.
     rebalanceLockMaxLiveTime: int = 60000
+    # 5.x POP consumption (gateway.broker.pop): checkpoints and acks in reviveQueueNum queues of
+    # rmq_sys_REVIVE_LOG_<cluster>, read every reviveInterval ms (up to reviveMaxSlow times slower while
+    # idle); a pop reads the pop retry topic first popFromRetryProbability times in 100; pops that find
+    # nothing wait, at most popPollingSize per queue and group, popPollingMapSize such keys, maxPopPollingSize
+    # in all.
+    reviveQueueNum: int = 8
+    reviveInterval: int = 1000
+    reviveMaxSlow: int = 3
+    popFromRetryProbability: int = 20
+    popPollingSize: int = 1024
+    popPollingMapSize: int = 100000
+    maxPopPollingSize: int = 100000
     slaveReadEnable: bool = False
     offsetCheckInSlave: bool = False
     fetchNamesrvAddrByAddressServer: bool = False

@@ -43,14 +43,19 @@ from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
+from .pop.revive import PopReviveService
+from .pop.service import PopService
+from .processors.ack_message import AckMessageProcessor
 from .processors.admin import AdminBrokerProcessor
 from .processors.admin_stats import AdminStatsProcessor
 from .processors.broker_config import BrokerConfigProcessor
 from .processors.broker_to_client import BrokerToClientProcessor
+from .processors.change_invisible_time import ChangeInvisibleTimeProcessor
 from .processors.client_manage import ClientManageProcessor
 from .processors.consumer_manage import ConsumerManageProcessor
 from .processors.end_transaction import EndTransactionProcessor
 from .processors.lock_batch import LockBatchProcessor
+from .processors.pop_message import PopMessageProcessor
 from .processors.pull import PullMessageProcessor
 from .processors.query import QueryMessageProcessor
 from .processors.reply import ReplyMessageProcessor
@@ -108,6 +113,9 @@ class BrokerController(service.Service):
         self.transactions = TransactionalMessageService(self)
         self.pull_processor = PullMessageProcessor(self)
         self.hold_service = PullRequestHoldService(reactor, self.pull_processor.execute_held)
+        self.pop = PopService(self)
+        self.revive = PopReviveService(self, self.pop)
+        self.pop_processor = PopMessageProcessor(self)
         self.dispatcher = RequestDispatcher()
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
@@ -126,6 +134,9 @@ class BrokerController(service.Service):
             LockBatchProcessor(self),
             BrokerConfigProcessor(self),
             QueryMessageProcessor(self),
+            self.pop_processor,
+            AckMessageProcessor(self),
+            ChangeInvisibleTimeProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)
@@ -261,6 +272,7 @@ class BrokerController(service.Service):
             self.slave_sync.start()
             return
         self.slave_sync.stop()
+        self.revive.start()
         # As Apache: only a master delivers delayed and timer messages and checks transactions back; a
         # slave has them through replication and takes delay offsets from its master.
         for seconds, fn in (
@@ -268,6 +280,7 @@ class BrokerController(service.Service):
             (DELIVER_INTERVAL, self.timer.deliver),
             (cfg.flushDelayOffsetInterval / 1000.0, self._persist_delivery_offsets),
             (cfg.transactionCheckInterval / 1000.0, self.transactions.check),
+            (cfg.reviveInterval / 1000.0, self.revive.revive),
         ):
             self._role_loops.append(self._every(seconds, fn, now=False))
 
@@ -299,7 +312,7 @@ class BrokerController(service.Service):
         """
         try:
             with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
-                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer):
+                for manager in (self.topics, self.offsets, self.groups, self.schedule, self.timer, self.pop):
                     manager.load()
         except StateFileError:
             self.store.shutdown()
@@ -420,6 +433,7 @@ class BrokerController(service.Service):
         if self.send_thread is not None:
             self.send_thread.stop()
         self.hold_service.shutdown()
+        self.pop_processor.polling.shutdown()
         if self.clean_service is not None:
             yield self.clean_service.stop()
         if self.flush_service is not None:
@@ -519,6 +533,9 @@ class BrokerController(service.Service):
 
     def _message_arriving(self, topic: str, queue_id: int, logic_offset: int, tags_code: int) -> None:
         self.hold_service.notify_message_arriving(topic, queue_id, logic_offset + 1, tags_code)
+        pop_polling = self.pop_processor.polling
+        if pop_polling.topic_groups:  # nobody pops and waits (every 4.x send)
+            pop_polling.notify_message_arriving(topic, queue_id, tags_code)
         if self.ha_service is not None:
             self.ha_service.wakeup()
 
@@ -561,6 +578,7 @@ class BrokerController(service.Service):
         self.consumers.channel_closed(channel, self._notify_group)
         self.producers.channel_closed(channel)
         self.hold_service.channel_closed(channel)
+        self.pop_processor.polling.channel_closed(channel)
 
     def _scan_not_active_channels(self) -> None:
         expire = self.config.channelNotActiveInterval

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import (
+    BatchAckMessageRequestBody,
     HeartbeatData,
     LockBatchRequestBody,
     LockBatchResponseBody,
@@ -21,7 +23,11 @@ from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.errors import NameServerUnreachable
+from gateway.remoting.extra_info import PROPERTY_POP_CK, ExtraInfo, build_extra_info, real_topic, retry_kind
 from gateway.remoting.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
     CommandHeader,
     ConsumerGroupRequestHeader,
     ConsumerSendMsgBackRequestHeader,
@@ -30,6 +36,8 @@ from gateway.remoting.headers import (
     GetEarliestMsgStoretimeResponseHeader,
     GetRouteInfoRequestHeader,
     OffsetResponseHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
@@ -62,6 +70,35 @@ PULL_OK_CODES = frozenset(
         ResponseCode.PULL_OFFSET_MOVED,
     }
 )
+
+
+# POP answers that are not errors (MQClientAPIImpl.processPopResponse).
+POP_OK_CODES = frozenset(
+    {ResponseCode.SUCCESS, ResponseCode.POLLING_FULL, ResponseCode.POLLING_TIMEOUT, ResponseCode.PULL_NOT_FOUND}
+)
+
+
+@dataclass(slots=True)
+class PopResult:
+    """A POP_MESSAGE answer: ``code`` SUCCESS with ``messages`` (each with its POP_CK property), or
+    POLLING_FULL / POLLING_TIMEOUT / PULL_NOT_FOUND without."""
+
+    code: int
+    rest_num: int
+    pop_time: int = 0
+    invisible_time: int = 0
+    revive_qid: int = 0
+    messages: list[MessageExt] = field(default_factory=list)
+
+
+def _offset_info(text: str | None) -> dict[str, str]:
+    """ExtraInfoUtil.parseStartOffsetInfo / parseMsgOffsetInfo: ``kind queueId value;...`` keyed kind@queueId."""
+    out = {}
+    for item in (text or "").split(";"):
+        parts = item.split(" ")
+        if len(parts) == 3:
+            out[f"{parts[0]}@{parts[1]}"] = parts[2]
+    return out
 
 
 def _check(response: RemotingCommand, addr: str, ok: frozenset[int] = frozenset({ResponseCode.SUCCESS})) -> None:
@@ -208,6 +245,77 @@ class MQClientAPI:
     async def send_message_back(self, addr: str, header: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK as built by the caller; the broker's answer, whatever its code."""
         return await self._invoke(addr, _request(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5.0)
+
+    # -- pop (5.x)
+
+    async def pop_message(
+        self, addr: str, broker_name: str, header: PopMessageRequestHeader, timeout: float
+    ) -> PopResult:
+        """POP_MESSAGE; gives each message found its POP_CK (extraInfo) as the Java client does, from the
+        answer's startOffsetInfo when the broker has not set it (messages of the topic itself)."""
+        response = await self._invoke(addr, _request(RequestCode.POP_MESSAGE, header), timeout)
+        _check(response, addr, POP_OK_CODES)
+        answer = PopMessageResponseHeader.decode(response.ext_fields)
+        result = PopResult(response.code, answer.rest_num)
+        if response.code != ResponseCode.SUCCESS:
+            return result
+        result.pop_time, result.invisible_time, result.revive_qid = (
+            answer.pop_time,
+            answer.invisible_time,
+            answer.revive_qid,
+        )
+        starts = _offset_info(answer.start_offset_info)
+        for msg in decode_records(response.body):
+            if PROPERTY_POP_CK not in msg.properties:
+                start = starts.get(f"{retry_kind(msg.topic)}@{msg.queue_id}", str(msg.queue_offset))
+                msg.properties[PROPERTY_POP_CK] = build_extra_info(
+                    int(start),
+                    answer.pop_time,
+                    answer.invisible_time,
+                    answer.revive_qid,
+                    msg.topic,
+                    broker_name,
+                    msg.queue_id,
+                    msg.queue_offset,
+                )
+            result.messages.append(msg)
+        return result
+
+    async def ack_message(self, addr: str, group: str, topic: str, extra_info: str) -> None:
+        """ACK_MESSAGE of a popped message by its POP_CK: the queue, offset and real topic (the pop retry topic
+        for a message popped from it) come from ``extra_info``, as the Java client takes them."""
+        info = ExtraInfo.parse(extra_info)
+        header = AckMessageRequestHeader(
+            consumer_group=group,
+            topic=real_topic(topic, group, info.retry),
+            queue_id=info.queue_id,
+            extra_info=extra_info,
+            offset=info.queue_offset,
+        )
+        _check(await self._invoke(addr, _request(RequestCode.ACK_MESSAGE, header)), addr)
+
+    async def batch_ack_message(self, addr: str, body: BatchAckMessageRequestBody) -> None:
+        """BATCH_ACK_MESSAGE."""
+        request = _request(RequestCode.BATCH_ACK_MESSAGE, body=fastjson.dumps(body))
+        _check(await self._invoke(addr, request), addr)
+
+    async def change_invisible_time(
+        self, addr: str, group: str, topic: str, extra_info: str, invisible_time: int
+    ) -> ChangeInvisibleTimeResponseHeader:
+        """CHANGE_MESSAGE_INVISIBLETIME of a popped message by its POP_CK; the answer's popTime/invisibleTime/
+        reviveQid make its new extraInfo."""
+        info = ExtraInfo.parse(extra_info)
+        header = ChangeInvisibleTimeRequestHeader(
+            consumer_group=group,
+            topic=real_topic(topic, group, info.retry),
+            queue_id=info.queue_id,
+            extra_info=extra_info,
+            offset=info.queue_offset,
+            invisible_time=invisible_time,
+        )
+        response = await self._invoke(addr, _request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header))
+        _check(response, addr)
+        return ChangeInvisibleTimeResponseHeader.decode(response.ext_fields)
 
     def end_transaction_oneway(self, addr: str, header: EndTransactionRequestHeader, remark: str | None) -> Deferred:
         """END_TRANSACTION: commit or roll back a half message; ``remark`` says why a local transaction failed."""

@@ -1,0 +1,89 @@
+"""Writing checkpoints and acks to the revive topic, and the pop retry topics (PopMessageProcessor.buildCkMsg,
+AckMessageProcessor.appendAck, PopReviveService.addRetryTopicIfNotExist)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from twisted.logger import Logger
+
+from gateway.remoting.codes import PermName
+from gateway.remoting.message import MessageConst, properties_to_string, tags_code
+from gateway.store.api import MessageExtBrokerInner
+from gateway.store.commit_log import now_ms
+
+from .records import ACK_TIME_INTERVAL, CK_TAG, RETRY_QUEUE_NUM, AckMsg, PopCheckPoint, revive_topic
+
+if TYPE_CHECKING:
+    from ..controller import BrokerController
+
+log = Logger()
+
+_RW = PermName.PERM_READ | PermName.PERM_WRITE
+
+
+class PopService:
+    """The revive topic of this broker's cluster and the records pops, acks and invisible-time changes put there."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.revive_topic = revive_topic(broker.config.brokerClusterName)
+        # PopMessageProcessor.ckMessageNumber: checkpoints are spread over the revive queues in turn.
+        self._ck_number = itertools.count()
+
+    def load(self) -> None:
+        """Create the revive topic (a system topic with reviveQueueNum queues), as TopicConfigManager does."""
+        self.broker.topics.create_topic_in_send_message_back_method(
+            self.revive_topic, self.broker.config.reviveQueueNum, _RW
+        )
+
+    def next_revive_qid(self) -> int:
+        return next(self._ck_number) % self.broker.config.reviveQueueNum
+
+    def is_revive_qid(self, revive_qid: int) -> bool:
+        return 0 <= revive_qid < self.broker.config.reviveQueueNum
+
+    def append_checkpoint(self, ck: PopCheckPoint, revive_qid: int) -> bool:
+        """Store ``ck``, delivered to its revive queue one second before its revive time (buildCkMsg)."""
+        return self._put(revive_qid, CK_TAG, ck.encode(), ck.unique_id, ck.revive_time - ACK_TIME_INTERVAL, str(ck))
+
+    def append_ack(self, ack: AckMsg, revive_qid: int, deliver_ms: int) -> bool:
+        """Store ``ack``, delivered to its revive queue at ``deliver_ms`` (the acked pop's revive time)."""
+        return self._put(revive_qid, ack.tag, ack.encode(), ack.unique_id, deliver_ms, str(ack))
+
+    def _put(self, revive_qid: int, tag: str, body: bytes, unique_id: str, deliver_ms: int, what: str) -> bool:
+        broker = self.broker
+        props = {
+            MessageConst.TAGS: tag,
+            MessageConst.TIMER_DELIVER_MS: str(deliver_ms),
+            MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: unique_id,
+        }
+        msg = MessageExtBrokerInner(
+            topic=self.revive_topic,
+            queue_id=revive_qid,
+            flag=0,
+            body=body,
+            properties=properties_to_string(props),
+            tags_code=tags_code(tag),
+            sys_flag=0,
+            born_timestamp=now_ms(),
+            born_host=broker.store_host,
+            store_host=broker.store_host,
+        )
+        refused = broker.timer.transform(msg, props)
+        if refused is not None:
+            log.error("pop: {what} not stored: {remark}", what=what, remark=refused)
+            return False
+        result = broker.store.put_message(msg)
+        if not result.ok:
+            log.error("pop: {what} not stored: {status}", what=what, status=result.status.name)
+        return result.ok
+
+    def add_retry_topic_if_not_exist(self, topic: str, group: str) -> None:
+        """A pop retry topic has one queue; the group starts reading it at 0 (initPopRetryOffset)."""
+        if self.broker.topics.select(topic) is not None:
+            return
+        self.broker.topics.create_topic_in_send_message_back_method(topic, RETRY_QUEUE_NUM, _RW)
+        if self.broker.offsets.query_offset(group, topic, 0) < 0:
+            self.broker.offsets.commit_offset(group, topic, 0, 0)
