@@ -23,6 +23,7 @@ from gateway.config import ConfigError, system_properties
 from gateway.logs import LogSettings, add_log_arguments, start_logging
 from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
+from gateway.proxy.server import ProxyServer, broker_proxy
 from gateway.runner import run_services
 
 
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> None:
         namesrv_port = {"listenPort": str(args.namesrv_port)} if args.namesrv_port is not None else {}
         namesrv_cfg = load_namesrv_config(args.namesrv_config, bind | namesrv_port, defaults)
         store = {"storePathRootDir": args.store} if args.store else {}
-        broker_cfg, store_cfg = load_broker_config(args.broker_config, bind | store, defaults)
+        # The gRPC endpoint is on by default here: an SDK given only the endpoint 127.0.0.1:8081 works.
+        broker_defaults = defaults | {"enableGrpcServer": "true"}
+        broker_cfg, store_cfg = load_broker_config(args.broker_config, bind | store, broker_defaults)
         namesrv_props, broker_props = system_properties(args.namesrv_config), system_properties(args.broker_config)
     except ConfigError as e:
         print(f"configuration error: {e}", file=sys.stderr)
@@ -64,24 +67,28 @@ def main(argv: list[str] | None = None) -> None:
         service = GatewayService(
             NamesrvController(namesrv_cfg, reactor, system_properties=namesrv_props),
             BrokerController(broker_cfg, store_cfg, reactor, broker_props),
+            broker_proxy(broker_cfg, reactor, broker_props) if broker_cfg.enableGrpcServer else None,
         )
         return [service]
 
     def ready(services: list) -> str:
+        proxy = services[0].proxy
+        grpc = f"grpc {broker_cfg.bindAddress}:{proxy.listen_port} " if proxy is not None else ""
         return (
             f"rocketmq-gateway ready: namesrv {broker_cfg.namesrvAddr} broker {broker_cfg.broker_addr} "
-            f"store {store_cfg.storePathRootDir} (Ctrl-C stops)"
+            f"store {store_cfg.storePathRootDir} {grpc}(Ctrl-C stops)"
         )
 
     run_services(build, ready)
 
 
 class GatewayService(Service):
-    """The NameServer, then a Broker registered with it; stopped in reverse order."""
+    """The NameServer, then a Broker registered with it, then the gRPC endpoint if any; stopped in reverse order."""
 
-    def __init__(self, namesrv: NamesrvController, broker: BrokerController) -> None:
+    def __init__(self, namesrv: NamesrvController, broker: BrokerController, proxy: ProxyServer | None = None) -> None:
         self.namesrv = namesrv
         self.broker = broker
+        self.proxy = proxy
 
     def startService(self) -> None:
         super().startService()
@@ -90,6 +97,9 @@ class GatewayService(Service):
         host = "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
         self.broker.config.namesrvAddr = f"{host}:{self.namesrv.port}"
         self.broker.startService()
+        if self.proxy is not None:
+            self.proxy.config.namesrvAddr = self.broker.config.namesrvAddr
+            self.proxy.startService()
 
     def when_ready(self) -> Any:
         return self.broker.when_ready()
@@ -97,6 +107,8 @@ class GatewayService(Service):
     @inlineCallbacks
     def stopService(self) -> Any:
         super().stopService()
+        if self.proxy is not None:
+            yield self.proxy.stopService()
         yield self.broker.stopService()
         yield self.namesrv.stopService()
 

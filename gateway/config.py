@@ -302,6 +302,7 @@ KEY_RULES: dict[str, Rule] = {
     "messageDelayLevel": _delay_levels,
     # listeners
     "listenPort": _PORT,
+    "grpcServerPort": _PORT,
     "haListenPort": _PORT,
     "metricsPromExporterPort": _PORT,
     # BrokerConfig

@@ -36,8 +36,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(properties_to_string(config_properties(store_cfg, broker_cfg)))
         return
     start_logging(LogSettings.from_args(args), "broker.log")
+
+    def build(reactor: object) -> list:
+        services = [BrokerController(broker_cfg, store_cfg, reactor, props)]
+        if broker_cfg.enableGrpcServer:
+            from gateway.proxy.server import broker_proxy
+
+            services.append(broker_proxy(broker_cfg, reactor, props))
+        return services
+
     run_services(
-        lambda reactor: [BrokerController(broker_cfg, store_cfg, reactor, props)],
+        build,
         lambda svcs: (
             f"The broker[{broker_cfg.brokerName}, {broker_cfg.broker_addr}] boot success. "
             f"serializeType=JSON and name server is:{broker_cfg.namesrvAddr}"

@@ -36,6 +36,9 @@ class BrokerConfig:
     rocketmqHome: str = ""
     # PLAIN ACL: plain_acl.yml under rocketmqHome (gateway.acl).
     aclEnable: bool = False
+    # The RocketMQ 5 gRPC endpoint in this process (gateway.proxy), on Apache's proxy port by default.
+    enableGrpcServer: bool = False
+    grpcServerPort: int = 8081
     # RocketMQ 5's pull exporter: PROM serves /metrics (gateway.broker.metrics); DISABLE (default) serves nothing.
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""  # default: bindAddress

@@ -1,0 +1,135 @@
+"""Telemetry: the long-lived bidirectional stream of each SDK client (ClientActivity.telemetry).
+
+The client sends its settings first (and again when they change); the proxy registers its groups, keeps
+the stream as the way back to the client, and answers with the settings merged with the server's side
+(GrpcClientSettingsManager): the producer's retry policy and message limits, the consumer's batch size,
+long-polling timeout and retry policy. Later the stream carries the server's commands (transaction
+check-backs, verify-message and stack-trace requests) and the client's answers to them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
+from .convert import ProxyError, duration, status
+from .grpc import GrpcStatus, Kind, ServerCall
+from .service import ProxyContext, Rpc
+from .v2 import definition_pb2 as pb
+from .v2 import service_pb2 as spb
+
+if TYPE_CHECKING:
+    from .service import MessagingService
+
+log = Logger()
+
+# SubscriptionGroupConfig's defaults: 16 retries, then the broker's delay levels 3 and up as the backoff.
+DEFAULT_RETRY_MAX_TIMES = 16
+DEFAULT_CUSTOMIZED_BACKOFF_MS = (
+    [1000, 5000, 10000, 30000] + [m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)] + [3_600_000, 7_200_000]
+)
+# A relayed request (verify message, stack trace) waits this long for the client's answer.
+RELAY_TIMEOUT = 3.0
+MAX_PENDING_RELAYS = 1024
+
+
+class TelemetryActivity:
+    """Serves Telemetry; relays server-side requests to clients and matches their answers by nonce."""
+
+    def __init__(self, service: MessagingService) -> None:
+        self.service = service
+        self.pending: dict[str, Deferred[Any]] = {}
+
+    def rpcs(self) -> list[Rpc]:
+        return [Rpc("Telemetry", Kind.BIDI_STREAM, spb.TelemetryCommand, spb.TelemetryCommand, self.telemetry)]
+
+    def telemetry(self, ctx: ProxyContext, call: ServerCall) -> None:
+        def on_message(command: Any) -> None:
+            try:
+                self.on_command(ctx, call, command)
+            except ProxyError as e:
+                bad_request = pb.Code.BAD_REQUEST <= e.code < pb.Code.INTERNAL_ERROR
+                grpc_status = GrpcStatus.INVALID_ARGUMENT if bad_request else GrpcStatus.INTERNAL
+                call.finish(grpc_status, f"process client telemetryCommand failed. {e.message}")
+
+        def closed(_: Any) -> None:
+            client = self.service.clients.clients.get(ctx.client_id)
+            if client is not None and client.telemetry is call:
+                client.telemetry = None
+
+        call.on_message = on_message
+        call.on_half_close = call.finish
+        call.closed.addCallback(closed)
+
+    def on_command(self, ctx: ProxyContext, call: ServerCall, command: Any) -> None:
+        which = command.WhichOneof("command")
+        if which == "settings":
+            self.on_settings(ctx, call, command.settings)
+        elif which == "thread_stack_trace":
+            self._answered(command.thread_stack_trace.nonce, command)
+        elif which == "verify_message_result":
+            self._answered(command.verify_message_result.nonce, command)
+
+    def on_settings(self, ctx: ProxyContext, call: ServerCall, settings: Any) -> None:
+        if settings.WhichOneof("pub_sub") is None:
+            call.finish(GrpcStatus.INVALID_ARGUMENT, "there is no publishing or subscription data in settings")
+            return
+        if not ctx.client_id.strip():
+            raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
+        self.service.check_access(ctx, settings)
+        client = self.service.clients.apply_settings(ctx, settings)
+        client.telemetry = call
+        client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=self.merged_settings(settings)))
+
+    def merged_settings(self, settings: Any) -> pb.Settings:
+        """The client's settings with the server's side filled in (getClientSettings)."""
+        config = self.service.config
+        merged = pb.Settings()
+        merged.CopyFrom(settings)
+        if settings.WhichOneof("pub_sub") == "publishing":
+            backoff = merged.backoff_policy
+            backoff.Clear()
+            backoff.max_attempts = config.grpcClientProducerMaxAttempts
+            backoff.exponential_backoff.initial.CopyFrom(duration(config.grpcClientProducerBackoffInitialMillis))
+            backoff.exponential_backoff.max.CopyFrom(duration(config.grpcClientProducerBackoffMaxMillis))
+            backoff.exponential_backoff.multiplier = config.grpcClientProducerBackoffMultiplier
+            merged.publishing.validate_message_type = config.enableTopicMessageTypeCheck
+            merged.publishing.max_body_size = config.maxMessageSize
+        else:
+            subscription = merged.subscription
+            subscription.receive_batch_size = config.grpcClientConsumerLongPollingBatchSize
+            subscription.long_polling_timeout.CopyFrom(duration(config.grpcClientConsumerMaxLongPollingTimeoutMillis))
+            subscription.fifo = False
+            backoff = merged.backoff_policy
+            backoff.Clear()
+            backoff.max_attempts = DEFAULT_RETRY_MAX_TIMES + 1
+            backoff.customized_backoff.next.extend(duration(ms) for ms in DEFAULT_CUSTOMIZED_BACKOFF_MS)
+        merged.metric.Clear()
+        merged.metric.on = False
+        return merged
+
+    # -- relays: a request written to a client, its answer matched by nonce
+
+    def relay(self, client: Any, nonce: str, command: Any) -> Deferred[Any]:
+        """Write ``command`` to ``client``'s stream; fires with the client's answering TelemetryCommand, or fails
+        with ProxyError after RELAY_TIMEOUT or when the client has no stream."""
+        if len(self.pending) >= MAX_PENDING_RELAYS:
+            raise ProxyError(pb.Code.TOO_MANY_REQUESTS, "too many requests waiting for clients")
+        if not client.write(command):
+            raise ProxyError(pb.Code.NOT_FOUND, f"client {client.client_id} has no telemetry stream")
+        d: Deferred[Any] = Deferred()
+        self.pending[nonce] = d
+        d.addTimeout(RELAY_TIMEOUT, self.service.reactor)
+        d.addBoth(self._forget, nonce)
+        return d
+
+    def _forget(self, result: Any, nonce: str) -> Any:
+        self.pending.pop(nonce, None)
+        return result
+
+    def _answered(self, nonce: str, command: Any) -> None:
+        d = self.pending.pop(nonce, None)
+        if d is not None and not d.called:
+            d.callback(command)
