@@ -12,14 +12,9 @@ import re
 import time
 from dataclasses import dataclass
 
-from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
+from gateway.remoting.extra_info import NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2, real_topic
 
 SEPARATOR = " "  # MessageConst.KEY_SEPARATOR
-
-# ReceiptHandle.NORMAL_TOPIC / RETRY_TOPIC / RETRY_TOPIC_V2: where the popped message was stored.
-NORMAL_TOPIC = "0"
-RETRY_TOPIC = "1"
-RETRY_TOPIC_V2 = "2"
 TOPIC_TYPES = frozenset({NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2})
 
 # A handle is about 100 characters; anything much longer is not one.
@@ -35,16 +30,6 @@ _BROKER_NAME = re.compile(r"[!-~]+").fullmatch  # printable ASCII without spaces
 
 class InvalidReceiptHandle(ValueError):
     """A receipt handle that is not one of ours (answered with Code.INVALID_RECEIPT_HANDLE)."""
-
-
-def pop_retry_topic(topic: str, group: str) -> str:
-    """KeyBuilder.buildPopRetryTopicV1: where a group's popped messages of ``topic`` wait to be retried."""
-    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{topic}"
-
-
-def pop_retry_topic_v2(topic: str, group: str) -> str:
-    """KeyBuilder.buildPopRetryTopicV2 (brokers with enableRetryTopicV2)."""
-    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}+{topic}"
 
 
 def _number(text: str, what: str, low: int, high: int) -> int:
@@ -83,11 +68,7 @@ class ReceiptHandle:
 
     def real_topic(self, topic: str, group: str) -> str:
         """ReceiptHandle.getRealTopic: the topic the broker popped the message from (a retry topic or ``topic``)."""
-        if self.topic_type == RETRY_TOPIC:
-            return pop_retry_topic(topic, group)
-        if self.topic_type == RETRY_TOPIC_V2:
-            return pop_retry_topic_v2(topic, group)
-        return topic
+        return real_topic(topic, group, self.topic_type)
 
     @property
     def is_retry_topic(self) -> bool:
@@ -120,34 +101,6 @@ class ReceiptHandle:
             commit_log_offset=_number(fields[8], "commitlog offset", -1, _INT64_MAX) if len(fields) == 9 else -1,
             handle=handle,
         )
-
-
-def build_extra_info(
-    ck_queue_offset: int,
-    pop_time: int,
-    invisible_time: int,
-    revive_queue_id: int,
-    topic_type: str,
-    broker_name: str,
-    queue_id: int,
-    queue_offset: int,
-) -> str:
-    """ExtraInfoUtil.buildExtraInfo: the broker's checkpoint info for one popped message."""
-    return SEPARATOR.join(
-        map(
-            str,
-            (
-                ck_queue_offset,
-                pop_time,
-                invisible_time,
-                revive_queue_id,
-                topic_type,
-                broker_name,
-                queue_id,
-                queue_offset,
-            ),
-        )
-    )
 
 
 def create_handle(extra_info: str, commit_log_offset: int) -> str:
