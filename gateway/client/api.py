@@ -240,8 +240,12 @@ class MQClientAPI:
             max_reconsume_times=max_reconsume_times,
             bname=broker_name,
         )
-        response = await self._invoke(addr, _request(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5.0)
+        response = await self.send_message_back(addr, header)
         _check(response, addr)
+
+    async def send_message_back(self, addr: str, header: ConsumerSendMsgBackRequestHeader) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK as built by the caller; the broker's answer, whatever its code."""
+        return await self._invoke(addr, _request(RequestCode.CONSUMER_SEND_MSG_BACK, header), 5.0)
 
     # -- pop (5.x)
 

@@ -46,6 +46,12 @@ class ProxyConfig:
     grpcClientConsumerMinLongPollingTimeoutMillis: int = 5000
     grpcClientConsumerMaxLongPollingTimeoutMillis: int = 20000
     grpcClientConsumerLongPollingBatchSize: int = 32
+    # Invisible times of popped messages (ReceiveMessage, ChangeInvisibleDuration): a push consumer's (auto
+    # renew) gets the default; a simple consumer's must lie between the minimum and the maximum.
+    enableProxyAutoRenew: bool = True
+    defaultInvisibleTimeMills: int = 60_000
+    minInvisibleTimeMillsForRecv: int = 10_000
+    maxInvisibleTimeMills: int = 12 * 3600 * 1000
     # A client seen neither by a call nor on its telemetry stream for this long is forgotten (channelExpiredTimeout).
     channelExpiredTimeout: int = 120000
     # Who the proxy is in its metrics, and RocketMQ 5's pull exporter: PROM serves /metrics (gateway.proxy.metrics).

@@ -13,7 +13,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gateway.client.errors import MQBrokerError, MQClientError
 from gateway.remoting.codes import ResponseCode
-from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag
+from gateway.remoting.message import MessageConst, MessageExt
 from gateway.remoting.protocol import RemotingTimeoutError
 
 from .v2 import definition_pb2 as pb
@@ -118,7 +118,9 @@ def build_message(msg: MessageExt, now_ms: int) -> pb.Message:
     sp = pb.SystemProperties(
         message_id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or msg.msg_id,
         body_digest=pb.Digest(type=pb.DigestType.MD5, checksum=hashlib.md5(msg.body).hexdigest().upper()),
-        body_encoding=pb.Encoding.GZIP if msg.sys_flag & MessageSysFlag.COMPRESSED_FLAG else pb.Encoding.IDENTITY,
+        # Records are decoded with their bodies inflated (a 4.x producer's zlib): they go as they are. Apache
+        # would still say GZIP for a compressed one, and the SDKs' gunzip of the inflated body would fail.
+        body_encoding=pb.Encoding.IDENTITY,
         message_type=message_type(props),
         born_timestamp=timestamp(msg.born_timestamp),
         born_host=props.get(BORN_HOST) or msg.born_host,
