@@ -60,7 +60,9 @@ def flat(found: dict[MessageQueue, list[MessageExt]]) -> list[MessageExt]:
 @pytest.fixture(scope="module")
 def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     """``python -m gateway`` (gRPC on a free port) with quick transaction check-backs."""
-    s = GatewayServers(tmp_path_factory.mktemp("gateway-sdk5"), FAST_CONFIG).start()
+    # Quick revives (redeliveries in seconds) and SQL92 filters for the consumers.
+    config = {**FAST_CONFIG, "reviveInterval": "200", "reviveMaxSlow": "1", "enablePropertyFilter": "true"}
+    s = GatewayServers(tmp_path_factory.mktemp("gateway-sdk5"), config).start()
     assert s.grpc_addr, "the ready line names no gRPC endpoint"
     yield s
     s.stop()
@@ -185,3 +187,46 @@ def test_acl_account_allowed_and_refused(tmp_path: Path) -> None:
         assert [m.body for m in got] == [b"signed"]
     finally:
         servers.stop()
+
+
+def _consume(servers: GatewayServers, kind: str, count: int, **options) -> list[dict]:
+    topic = topic_on(servers, f"Sdk5{kind.title()}")
+    specs = [
+        {"body": f"m{i}", "tag": f"Tag{i % 2}", "keys": [f"k{i}"], "properties": {"i": str(i)}} for i in range(count)
+    ]
+    want = options.pop("want", count)
+    out = run_scenario(
+        "consumer",
+        {"endpoint": servers.grpc_addr, "topic": topic, "group": f"Sdk5G{next(_names)}", "kind": kind,
+         "send": specs, "want": want, **options},
+        timeout=90,
+    )  # fmt: skip
+    return out["received"]
+
+
+def test_simple_consumer_receives_and_acks(grpc_servers: GatewayServers) -> None:
+    got = _consume(grpc_servers, "simple", 4)
+    assert sorted(m["body"] for m in got) == ["m0", "m1", "m2", "m3"], got
+    for m in got:
+        i = int(m["body"][1:])
+        assert (m["tag"], m["keys"], m["props"], m["attempt"]) == (f"Tag{i % 2}", [f"k{i}"], {"i": str(i)}, 1)
+
+
+def test_simple_consumer_change_invisible_duration_redelivers(grpc_servers: GatewayServers) -> None:
+    got = _consume(grpc_servers, "simple", 2, retry_first=True)
+    attempts = sorted((m["body"], m["attempt"]) for m in got)
+    assert attempts == [("m0", 1), ("m0", 2), ("m1", 1), ("m1", 2)], got
+    first = {m["body"]: m["id"] for m in got if m["attempt"] == 1}
+    assert all(m["id"] == first[m["body"]] for m in got), "a redelivery keeps its message id"
+
+
+def test_push_consumer_retries_a_failed_message(grpc_servers: GatewayServers) -> None:
+    got = _consume(grpc_servers, "push", 3, retry_first=True)
+    assert sorted((m["body"], m["attempt"]) for m in got) == [(f"m{i}", a) for i in range(3) for a in (1, 2)], got
+
+
+@pytest.mark.parametrize("sql", [False, True], ids=["tag", "sql92"])
+def test_consumer_filter_expressions(grpc_servers: GatewayServers, sql: bool) -> None:
+    expression = "i IN ('1', '3')" if sql else "Tag1"
+    got = _consume(grpc_servers, "simple", 4, want=2, expression=expression, sql=sql, wait=15)
+    assert sorted(m["body"] for m in got) == ["m1", "m3"], got

@@ -35,6 +35,7 @@ from gateway.remoting.headers import (
     EndTransactionRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
     GetRouteInfoRequestHeader,
+    GetSubscriptionGroupConfigRequestHeader,
     OffsetResponseHeader,
     PopMessageRequestHeader,
     PopMessageResponseHeader,
@@ -226,6 +227,17 @@ class MQClientAPI:
         response = await self._invoke(addr, _request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, header))
         _check(response, addr)
         return [str(cid) for cid in fastjson.loads(response.body).get("consumerIdList") or []]
+
+    async def get_subscription_group_config(self, addr: str, group: str) -> dict | None:
+        """GET_SUBSCRIPTIONGROUP_CONFIG (5.x) as the broker's JSON; None when the broker has no such group or
+        does not know the request (a 4.x broker)."""
+        header = GetSubscriptionGroupConfigRequestHeader(group)
+        response = await self._invoke(addr, _request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, header))
+        if response.code in (ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, ResponseCode.REQUEST_CODE_NOT_SUPPORTED):
+            return None
+        _check(response, addr)
+        config = fastjson.loads(response.body)
+        return config if isinstance(config, dict) else None
 
     async def consumer_send_message_back(
         self, addr: str, broker_name: str, msg: MessageExt, group: str, delay_level: int, max_reconsume_times: int

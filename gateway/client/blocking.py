@@ -299,11 +299,17 @@ class PushConsumer(_Started, _MQAdmin):
 
     def start(self) -> None:
         self._pool.start()
-        super().start()
+        try:
+            super().start()
+        except BaseException:
+            self._pool.stop()  # its threads would keep the interpreter from exiting
+            raise
 
     def shutdown(self) -> None:
-        super().shutdown()
-        self._pool.stop()
+        try:
+            super().shutdown()
+        finally:
+            self._pool.stop()
 
     def assigned_queues(self) -> set[MessageQueue]:
         return self._call(self.core.assigned_queues)

@@ -13,7 +13,7 @@ queue per broker (the broker chooses the queue it pops).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
@@ -134,6 +134,11 @@ def decode_handle(handle: str) -> ReceiptHandle:
         raise ProxyError(pb.Code.INVALID_RECEIPT_HANDLE, str(e)) from None
 
 
+# How long a group's config is used before it is read again, and how many groups are kept.
+GROUP_CONFIG_TTL_MS = 20_000
+MAX_CACHED_GROUP_CONFIGS = 10_000
+
+
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
     """What a receive needs of the client's settings (GrpcClientSettingsManager.getClientSettings)."""
@@ -148,6 +153,8 @@ class ConsumerActivity:
 
     def __init__(self, service: MessagingService) -> None:
         self.service = service
+        # group -> (when fetched, its config from a broker or None): ClusterMetadataService's group cache.
+        self.group_configs: dict[str, tuple[int, dict | None]] = {}
 
     def rpcs(self) -> list[Rpc]:
         return [
@@ -193,6 +200,27 @@ class ConsumerActivity:
         if settings is None or not settings.HasField("request_timeout"):
             return ConsumerSettings()
         return ConsumerSettings(request_timeout_ms=duration_ms(settings.request_timeout))
+
+    async def group_settings(self, group: str, addr: str, base: ConsumerSettings) -> ConsumerSettings:
+        """The client's settings with its group's (GrpcClientSettingsManager.mergeSubscriptionData): FIFO from
+        consumeMessageOrderly, max attempts from retryMaxTimes + 1; kept GROUP_CONFIG_TTL_MS."""
+        now = self.service.now_ms()
+        cached = self.group_configs.get(group)
+        if cached is None or now - cached[0] > GROUP_CONFIG_TTL_MS:
+            try:
+                config = await self.service.instance.api.get_subscription_group_config(addr, group)
+            except Exception as e:  # the defaults until a broker answers
+                log.warn("cannot read the config of group {group} from {addr}: {e}", group=group, addr=addr, e=e)
+                return base
+            if cached is None and len(self.group_configs) >= MAX_CACHED_GROUP_CONFIGS:
+                del self.group_configs[next(iter(self.group_configs))]
+            self.group_configs[group] = cached = (now, config)
+        config = cached[1]
+        if config is None:
+            return base
+        retry_max_times = config.get("retryMaxTimes")
+        max_attempts = retry_max_times + 1 if type(retry_max_times) is int else base.max_attempts
+        return replace(base, fifo=config.get("consumeMessageOrderly") is True, max_attempts=max_attempts)
 
     # -- brokers
 
@@ -259,6 +287,7 @@ class ConsumerActivity:
             validate_invisible_time(invisible_ms, self.config.minInvisibleTimeMillsForRecv, self.config)
         sub = build_subscription(topic, request.filter_expression)
         broker_name, addr = await self._read_broker(topic, request.message_queue.broker.name)
+        settings = await self.group_settings(group, addr, settings)
         header = PopMessageRequestHeader(
             consumer_group=group,
             topic=topic,

@@ -594,6 +594,13 @@ class DeleteSubscriptionGroupRequestHeader(CommandHeader):
 
 
 @dataclass(slots=True)
+class GetSubscriptionGroupConfigRequestHeader(CommandHeader):
+    """GET_SUBSCRIPTIONGROUP_CONFIG (5.x)."""
+
+    group: str = wire("group", Group, required=True)
+
+
+@dataclass(slots=True)
 class ProducerGroupRequestHeader(CommandHeader):
     """GET_PRODUCER_CONNECTION_LIST."""
 

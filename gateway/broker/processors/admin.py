@@ -24,6 +24,7 @@ from gateway.remoting.headers import (
     GetConsumeStatsInBrokerHeader,
     GetConsumeStatsRequestHeader,
     GetEarliestMsgStoretimeResponseHeader,
+    GetSubscriptionGroupConfigRequestHeader,
     OffsetResponseHeader,
     ProducerGroupRequestHeader,
     ResumeCheckHalfMessageRequestHeader,
@@ -86,6 +87,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.GET_BROKER_CONFIG: self.get_broker_config,
@@ -461,6 +463,13 @@ class AdminBrokerProcessor:
             "subscriptionGroupTable": {k: v.to_json() for k, v in groups.table.items()},
         }
         return request.response(body=fastjson.dumps(body))
+
+    def get_subscription_group(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        h = GetSubscriptionGroupConfigRequestHeader.decode(request.ext_fields)
+        cfg = self.broker.groups.find(h.group)
+        if cfg is None:
+            return request.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "No group in this broker")
+        return request.response(body=fastjson.dumps(cfg.to_json()))
 
     def update_and_create_subscription_group(
         self, channel: RemotingProtocol, request: RemotingCommand
