@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from compat_tests.sdk5 import sdk5_python
 from compat_tests.servers import GatewayServers, free_broker_port, free_port
 from gateway.client import blocking
 
@@ -206,3 +207,26 @@ def test_spark_job_with_spark_local_ip_binds_loopback(tmp_path: Path) -> None:
     assert f"error: no name server answered ({down}): " in result.stderr
     # Spark took the address given: no "hostname resolves to a loopback address" fallback to another interface.
     assert "resolves to a loopback address" not in result.stderr
+
+
+@pytest.mark.compat
+def test_rocketmq5_python_sdk_example_sends_and_receives(tmp_path: Path) -> None:
+    code = readme_block(r"^```python\n(# pip install rocketmq-python-client\n.*?)^```")
+    command = readme_block(r"With the topic made first \(`(mqadmin updateTopic -n 127\.0\.0\.1:9876 [^`]*)`\)")
+    servers = GatewayServers(tmp_path / "gateway", {}).start()
+    try:
+        topic = command.rsplit(" ", 1)[1]
+        servers.create_topic(topic, 4)
+        result = subprocess.run(
+            [sdk5_python(), "-c", code.replace("127.0.0.1:8081", servers.grpc_addr)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert result.returncode == 0, result.stderr + "".join(servers.output)
+        assert len(re.findall(r"^sent \w+$", result.stdout, re.M)) == 3, result.stdout
+        received = sorted(line for line in result.stdout.splitlines() if line.startswith("received "))
+        assert received == [f"received TagA order {i}" for i in range(3)]
+    finally:
+        servers.stop()
