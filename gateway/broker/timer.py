@@ -15,14 +15,16 @@ may repeat).
 from __future__ import annotations
 
 import heapq
+import struct
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
 from gateway.persist import load_with_backup, write_atomically
 from gateway.remoting import fastjson
-from gateway.remoting.codes import PermName
+from gateway.remoting.codes import PermName, RequestCode
+from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
@@ -37,6 +39,9 @@ if TYPE_CHECKING:
 log = Logger()
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+# TimerCheckpoint.encode: lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset and
+# the dataVersion's stateVersion, timestamp and counter, big-endian longs.
+_CHECKPOINT = struct.Struct(">7q")
 
 
 class TimerMessageService:
@@ -59,6 +64,29 @@ class TimerMessageService:
         self.read_offset = self.commit_offset
         self.delivered = {o for o in delivered if o >= self.commit_offset}
         self.pending = []
+
+    def handlers(self) -> dict[int, Any]:
+        return {RequestCode.GET_TIMER_CHECK_POINT: self.get_timer_check_point}
+
+    def get_timer_check_point(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT: a TimerCheckpoint whose timer queue offsets are our commit offset (every unit
+        below it delivered)."""
+        body = _CHECKPOINT.pack(now_ms(), 0, self.commit_offset, self.commit_offset, 0, now_ms(), 0)
+        return request.response(body=body)
+
+    def follow_master(self, body: bytes) -> int:
+        """A slave takes its master's timer checkpoint (a GET_TIMER_CHECK_POINT body), so that once promoted it
+        does not deliver again what the old master delivered (checkpoints revived twice, delays repeated);
+        returns the master's offset. A body of the wrong size raises ValueError."""
+        if len(body) != _CHECKPOINT.size:
+            raise ValueError(f"timer checkpoint of {len(body)} bytes, not {_CHECKPOINT.size}")
+        master_offset = _CHECKPOINT.unpack(body)[3]
+        if master_offset > self.commit_offset:
+            self.commit_offset = self.read_offset = master_offset
+            self.delivered = {o for o in self.delivered if o >= master_offset}
+            self.pending = []
+            self.persist()
+        return master_offset
 
     def persist(self) -> None:
         write_atomically(
