@@ -5,10 +5,10 @@ GET_ALL_TOPIC_CONFIG to the master's VIP port (listenPort-2), then GET_ALL_CONSU
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG and (as 5.x) GET_ALL_MESSAGE_REQUEST_MODE and GET_TIMER_CHECK_POINT to its main
 port, each with no ext fields and no body, and applies them as Java does: topics and groups replaced (deletions
 included) when the master's dataVersion differs, consumer offsets merged over the slave's (putAll), delay offsets
-and request modes replaced, the timer's offset moved up to the master's; each table then reaches its file (topics
-and groups through their coalesced write). A step that fails is logged and the next one still runs. When the VIP
-port does not answer (our master could not bind it, e.g. with ephemeral ports) the topic request goes to the main
-port, which serves every request.
+and request modes replaced, the timer units the master delivered marked delivered; each table then reaches its
+file (topics and groups through their coalesced write). A step that fails is logged and the next one still runs.
+When the VIP port does not answer (our master could not bind it, e.g. with ephemeral ports) the topic request
+goes to the main port, which serves every request.
 
 An Apache 4.9.8 master may hold entries under names this broker refuses (a group named "", dotted or long
 names): they are left out of the slave's tables and set aside, as its own state files' are
