@@ -18,6 +18,7 @@ from compat_tests.servers import create_topic_request
 from gateway.broker import slave_sync
 from gateway.broker.controller import BrokerController
 from gateway.broker.pop.records import REVIVE_GROUP
+from gateway.broker.timer import TIMER_TOPIC
 from gateway.client.api import MQClientAPI, PopResult
 from gateway.remoting.client import RemotingClient
 from gateway.remoting.codes import ResponseCode
@@ -111,6 +112,9 @@ async def test_unacked_pops_come_back_on_the_new_master_acked_and_revived_ones_d
     await until(lambda: b.topics.select(TOPIC) is not None and offsets_synced(a, b), what="offsets synced")
     await until(lambda: b.store.commit_log.max_offset == a.store.commit_log.max_offset, what="slave caught up")
     await until(lambda: b.timer.commit_offset >= 1, what="timer checkpoint synced")
+    # The slave's timer queue holds each unit's delivery time, as the master's does.
+    units = [q.get_unit(i) for q in (x.store.consume_queue_table[(TIMER_TOPIC, 0)] for x in (a, b)) for i in range(5)]
+    assert units[:5] == units[5:] and all(u[2] > 1_000_000_000_000 for u in units)
     assert b.offsets.query_offset(POP_GROUP, TOPIC, 0) == 6
 
     await cluster.stop_broker("a")
