@@ -147,6 +147,7 @@ class BrokerController(service.Service):
             ReplyMessageProcessor(self, send),
             EndTransactionProcessor(self),
             self.schedule,
+            self.timer,
             self.pull_processor,
             ClientManageProcessor(self),
             ConsumerManageProcessor(self),

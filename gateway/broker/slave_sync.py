@@ -2,12 +2,13 @@
 
 The master is the ``masterAddr`` of the last REGISTER_BROKER reply, as in Apache 4.9.8. One pass sends
 GET_ALL_TOPIC_CONFIG to the master's VIP port (listenPort-2), then GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET,
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG and (as 5.x) GET_ALL_MESSAGE_REQUEST_MODE to its main port, each with no ext
-fields and no body, and applies them as Java does: topics and groups replaced (deletions included) when the
-master's dataVersion differs, consumer offsets merged over the slave's (putAll), delay offsets and request modes
-replaced; each table then reaches its file (topics and groups through their coalesced write). A step that fails
-is logged and the next one still runs. When the VIP port does not answer (our master could not bind it, e.g.
-with ephemeral ports) the topic request goes to the main port, which serves every request.
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG and (as 5.x) GET_ALL_MESSAGE_REQUEST_MODE and GET_TIMER_CHECK_POINT to its main
+port, each with no ext fields and no body, and applies them as Java does: topics and groups replaced (deletions
+included) when the master's dataVersion differs, consumer offsets merged over the slave's (putAll), delay offsets
+and request modes replaced, the timer units the master delivered marked delivered; each table then reaches its
+file (topics and groups through their coalesced write). A step that fails is logged and the next one still runs.
+When the VIP port does not answer (our master could not bind it, e.g. with ephemeral ports) the topic request
+goes to the main port, which serves every request.
 
 An Apache 4.9.8 master may hold entries under names this broker refuses (a group named "", dotted or long
 names): they are left out of the slave's tables and set aside, as its own state files' are
@@ -109,6 +110,7 @@ class SlaveSynchronize:
             self._sync_delay_offset,
             self._sync_groups,
             self._sync_message_request_mode,
+            self._sync_timer_check_point,
         ):
             try:
                 yield step(master)
@@ -179,3 +181,14 @@ class SlaveSynchronize:
             raise
         modes = self.broker.request_modes
         modes.replace_all(modes.read(body))
+
+    @defer.inlineCallbacks
+    def _sync_timer_check_point(self, master: str) -> Any:
+        try:
+            body = yield self._fetch(master, RequestCode.GET_TIMER_CHECK_POINT)
+        except MasterRefused as e:
+            if e.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                return  # a 4.x master: no timer messages
+            raise
+        if self.broker.config.is_slave:  # promoted meanwhile: the timer is ours to run now
+            self.broker.timer.follow_master(body)

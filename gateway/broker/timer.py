@@ -15,18 +15,21 @@ may repeat).
 from __future__ import annotations
 
 import heapq
+import struct
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.logger import Logger
 
 from gateway.persist import load_with_backup, write_atomically
 from gateway.remoting import fastjson
-from gateway.remoting.codes import PermName
+from gateway.remoting.codes import PermName, RequestCode
+from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
+from gateway.store.message_store import TIMER_TOPIC
 
 from .inner import inner_from_ext, look_message
 from .schedule import int_property
@@ -36,7 +39,9 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
+# TimerCheckpoint.encode: lastReadTimeMs, lastTimerLogFlushPos, lastTimerQueueOffset, masterTimerQueueOffset and
+# the dataVersion's stateVersion, timestamp and counter, big-endian longs.
+_CHECKPOINT = struct.Struct(">7q")
 
 
 class TimerMessageService:
@@ -49,6 +54,7 @@ class TimerMessageService:
         self.delivered: set[int] = set()  # delivered queue offsets >= commit_offset
         self.read_offset = 0  # units below it are in ``pending`` or delivered
         self.pending: list[tuple[int, int, int]] = []  # heap of (deliver ms, queue offset, commitlog offset)
+        self.last_pass_ms = 0  # when the last delivery pass read the timer queue: units due before, delivered
 
     def load(self) -> None:
         """Read timerOffset.json; the timer topic is a system topic, as in 5.x."""
@@ -59,6 +65,42 @@ class TimerMessageService:
         self.read_offset = self.commit_offset
         self.delivered = {o for o in delivered if o >= self.commit_offset}
         self.pending = []
+
+    def handlers(self) -> dict[int, Any]:
+        return {RequestCode.GET_TIMER_CHECK_POINT: self.get_timer_check_point}
+
+    def get_timer_check_point(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_TIMER_CHECK_POINT: a TimerCheckpoint whose lastReadTimeMs, as Apache's, is a time every unit due
+        before has been delivered by; its timer queue offsets are our commit offset."""
+        due = self.pending[0][0] if self.pending else self.last_pass_ms
+        body = _CHECKPOINT.pack(min(due, self.last_pass_ms), 0, self.commit_offset, self.commit_offset, 0, now_ms(), 0)
+        return request.response(body=body)
+
+    def follow_master(self, body: bytes) -> int:
+        """A slave takes its master's timer checkpoint (a GET_TIMER_CHECK_POINT body, ours or Apache's): the
+        units due before its lastReadTimeMs count as delivered, so that once promoted it does not deliver them
+        again (checkpoints revived twice, delays repeated). Returns that time; another body size raises
+        ValueError."""
+        if len(body) != _CHECKPOINT.size:
+            raise ValueError(f"timer checkpoint of {len(body)} bytes, not {_CHECKPOINT.size}")
+        last_read_ms = _CHECKPOINT.unpack(body)[0]
+        cq = self.broker.store.consume_queue_table.get((TIMER_TOPIC, 0))  # type: ignore[attr-defined]
+        if cq is None:
+            return last_read_ms
+        before = self.commit_offset
+        for offset in range(self.commit_offset, cq.max_offset_in_queue):
+            unit = cq.get_unit(offset)
+            if unit is None:
+                break
+            if unit[2] < last_read_ms:  # its delivery time (tagsCode)
+                self.delivered.add(offset)
+        while self.commit_offset in self.delivered:
+            self.delivered.remove(self.commit_offset)
+            self.commit_offset += 1
+        self.read_offset, self.pending = self.commit_offset, []
+        if self.commit_offset != before or self.delivered:
+            self.persist()
+        return last_read_ms
 
     def persist(self) -> None:
         write_atomically(
@@ -102,6 +144,7 @@ class TimerMessageService:
             log.failure("timer delivery failed")
 
     def _deliver_due(self) -> None:
+        started = now_ms()
         store = self.broker.store
         cq = store.consume_queue_table.get((TIMER_TOPIC, 0))  # type: ignore[attr-defined]
         if cq is None:
@@ -118,6 +161,8 @@ class TimerMessageService:
             elif self.read_offset not in self.delivered:
                 heapq.heappush(self.pending, (unit[2], self.read_offset, unit[0]))
             self.read_offset += 1
+        if self.read_offset >= cq.max_offset_in_queue:  # what comes later was sent later: due after ``started``
+            self.last_pass_ms = started
         now = now_ms()
         while self.pending and self.pending[0][0] <= now:
             _, offset, phy = self.pending[0]

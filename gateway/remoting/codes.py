@@ -40,6 +40,8 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     CHECK_CLIENT_CONFIG = 46
     UPDATE_AND_CREATE_ACL_CONFIG = 50
+    # 5.x: a slave copies its master's timer checkpoint (SlaveSynchronize.syncTimerCheckPoint).
+    GET_TIMER_CHECK_POINT = 60
     DELETE_ACL_CONFIG = 51
     GET_BROKER_CLUSTER_ACL_INFO = 52
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53

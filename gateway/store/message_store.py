@@ -55,8 +55,11 @@ log = logging.getLogger(__name__)
 
 TOTAL_PHYSICAL_MEMORY_SIZE = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# 5.x timer messages wait here; a unit's tagsCode is its delivery time (TIMER_OUT_MS), as the broker puts it.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 _TAGS_SEP = MessageConst.TAGS + NAME_VALUE_SEPARATOR
 _DELAY_SEP = MessageConst.DELAY_TIME_LEVEL + NAME_VALUE_SEPARATOR
+_TIMER_OUT_SEP = MessageConst.TIMER_OUT_MS + NAME_VALUE_SEPARATOR
 
 _UNIT = struct.Struct(">qiq")
 # Descriptors wanted beside the mapped files (connections, config files).
@@ -498,9 +501,14 @@ class DefaultMessageStore:
         return written
 
     def _tags_code_of(self, topic: str, properties: str, store_timestamp: int) -> int:
-        """A record's tagsCode as Java derives it: the tag hash, or the delivery time of a delay message. Its
+        """A record's tagsCode as Java derives it: the tag hash, or the delivery time of a delay message (and
+        of a timer message, so that a slave's or a rebuilt consume queue holds what the master put). Its
         properties are searched as the send path searches them (the first TAGS), not decoded."""
-        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+        if topic == TIMER_TOPIC:
+            deliver_ms = property_value(properties, _TIMER_OUT_SEP)
+            if deliver_ms is not None and deliver_ms.isdigit():
+                return int(deliver_ms)
+        elif topic == RMQ_SYS_SCHEDULE_TOPIC:
             level_text = property_value(properties, _DELAY_SEP)
             if level_text is not None:
                 levels = self.config.delay_level_table()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import struct
 import time
 
+import pytest
 import pytest_twisted
 
 from gateway.broker.controller import BrokerController
@@ -245,5 +247,36 @@ async def test_timer_delivery_passes_over_a_blank_unit(make_broker) -> None:
         park_three_blank_the_middle(controller, TIMER_TOPIC, 0, "BlankedTimer")
         await wait_for(broker, "BlankedTimer", 3, timeout=2.5)
         assert [m.body for m in await pull_all(broker, "BlankedTimer")] == [b"a", b"c"]
+    finally:
+        await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_timer_check_point_is_served_and_a_slave_marks_what_it_covers(make_broker) -> None:
+    broker = make_broker()
+    broker.start()
+    try:
+        await create_topic(broker, "TimedCk", 1)
+        for body, delay_ms in ((b"soon", "300"), (b"later", "60000")):
+            resp = await send(broker, "TimedCk", body, {"TIMER_DELAY_MS": delay_ms})
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+        await wait_for(broker, "TimedCk", 1)
+        resp = await broker.call(RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT))
+        assert resp.code == ResponseCode.SUCCESS and len(resp.body) == 56  # TimerCheckpoint.encode
+        last_read, _, queue_offset, master_offset = struct.unpack(">4q", resp.body[:32])
+        # "soon" delivered, "later" not: every unit due before lastReadTimeMs is delivered, "later" is not.
+        assert queue_offset == master_offset == 1 and time.time() * 1000 - 5000 < last_read < time.time() * 1000
+        timer = broker.controller.timer
+        # A slave that delivered nothing marks "soon" delivered, not "later"; an old checkpoint changes nothing.
+        timer.commit_offset = timer.read_offset = 0
+        assert timer.follow_master(resp.body) == last_read
+        assert (timer.commit_offset, timer.read_offset, timer.pending) == (1, 1, [])
+        assert b'"commitOffset":1' in timer.path.read_bytes()
+        assert timer.follow_master(struct.pack(">7q", 0, 0, 0, 0, 0, 0, 0)) == 0 and timer.commit_offset == 1
+        with pytest.raises(ValueError, match="timer checkpoint of 8 bytes"):
+            timer.follow_master(b"\0" * 8)
+        # A checkpoint past "later"'s time covers it too.
+        timer.follow_master(struct.pack(">7q", int(time.time() * 1000) + 120_000, 0, 0, 0, 0, 0, 0))
+        assert timer.commit_offset == 2
     finally:
         await broker.stop()
