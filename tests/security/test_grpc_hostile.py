@@ -1,0 +1,161 @@
+"""Hostile input on the gRPC port of ``python -m gateway``: bytes that are not HTTP/2, malformed protobuf, a
+message that claims to be huge, stalled streams and a flood of streams. Each costs its own connection or call at
+most; the process's memory stays bounded and other clients are served throughout."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+
+from compat_tests.servers import GatewayServers, free_port
+from gateway.proxy.v2 import definition_pb2 as pb
+from gateway.proxy.v2 import service_pb2 as spb
+
+QUERY_ROUTE = "/apache.rocketmq.v2.MessagingService/QueryRoute"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    s = GatewayServers(tmp_path_factory.mktemp("grpc-hostile"), {"grpcServerPort": str(free_port())}).start()
+    s.create_topic("HostileT", 2)
+    yield s
+    s.stop()
+
+
+def rss_kib(servers: GatewayServers) -> int:
+    assert servers.proc is not None
+    for line in Path(f"/proc/{servers.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def assert_served(servers: GatewayServers) -> None:
+    """A well-behaved client gets its route."""
+    with grpc.insecure_channel(servers.grpc_addr) as ch:
+        call = ch.unary_unary(QUERY_ROUTE, spb.QueryRouteRequest.SerializeToString, spb.QueryRouteResponse.FromString)
+        request = spb.QueryRouteRequest(topic=pb.Resource(name="HostileT"))
+        request.endpoints.addresses.add(host="127.0.0.1", port=servers.grpc_port)
+        response = call(request, timeout=10, metadata=(("x-mq-client-id", "hostile-test"),))
+    assert response.status.code == pb.Code.OK and response.message_queues
+
+
+class H2Client:
+    """A raw HTTP/2 client that can say what grpcio never would."""
+
+    def __init__(self, servers: GatewayServers) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", servers.grpc_port), timeout=10)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.flush()
+
+    def flush(self) -> None:
+        self.sock.sendall(self.conn.data_to_send())
+
+    def start_call(self, path: str = QUERY_ROUTE) -> int:
+        sid = self.conn.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
+                   ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
+        self.conn.send_headers(sid, headers)
+        self.flush()
+        return sid
+
+    def send(self, sid: int, data: bytes, end: bool) -> None:
+        self.conn.send_data(sid, data, end_stream=end)
+        self.flush()
+
+    def grpc_status(self, sid: int, timeout: float = 10.0) -> tuple[str, str]:
+        """The call's grpc-status and grpc-message (from trailers, or trailers-only headers)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            data = self.sock.recv(65536)
+            if not data:
+                raise AssertionError("connection closed before the call's status")
+            for event in self.conn.receive_data(data):
+                if isinstance(event, h2.events.DataReceived):
+                    self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                headers = getattr(event, "headers", None)
+                if getattr(event, "stream_id", None) == sid and headers:
+                    found = {k.decode() if isinstance(k, bytes) else k: v for k, v in headers}
+                    if "grpc-status" in found:
+                        status, message = found["grpc-status"], found.get("grpc-message", "")
+                        return (status.decode() if isinstance(status, bytes) else status,
+                                message.decode() if isinstance(message, bytes) else message)  # fmt: skip
+            self.flush()
+        raise AssertionError("no status")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def frame(payload: bytes, length: int | None = None) -> bytes:
+    return struct.pack(">BI", 0, len(payload) if length is None else length) + payload
+
+
+def test_bytes_that_are_not_http2_close_that_connection_only(gateway: GatewayServers) -> None:
+    with socket.create_connection(("127.0.0.1", gateway.grpc_port), timeout=10) as sock:
+        # The preface, then a PING frame of 3 bytes (a PING carries 8).
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x03\x06\x00\x00\x00\x00\x00abc")
+        deadline = time.monotonic() + 10
+        closed = False
+        while time.monotonic() < deadline:
+            try:
+                if sock.recv(65536) == b"":
+                    closed = True
+                    break
+            except ConnectionResetError:
+                closed = True
+                break
+        assert closed, "the server kept a connection that sent garbage"
+    assert_served(gateway)
+
+
+def test_malformed_protobuf_is_an_error_status(gateway: GatewayServers) -> None:
+    client = H2Client(gateway)
+    try:
+        sid = client.start_call()
+        client.send(sid, frame(b"\x0a\xff\xff\xff\xff\x0f garbage"), end=True)
+        status, message = client.grpc_status(sid)
+        assert status != "0" and "bad request message" in message
+    finally:
+        client.close()
+    assert_served(gateway)
+
+
+def test_a_huge_declared_message_is_refused_without_taking_the_memory(gateway: GatewayServers) -> None:
+    before = rss_kib(gateway)
+    client = H2Client(gateway)
+    try:
+        sid = client.start_call()
+        client.send(sid, frame(b"x" * 100, length=0xFFFFFFFF), end=False)
+        status, message = client.grpc_status(sid)
+        assert status == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]) and "exceeds the limit" in message
+    finally:
+        client.close()
+    assert rss_kib(gateway) - before < 50 * 1024
+    assert_served(gateway)
+
+
+def test_stalled_streams_and_a_flood_of_them_leave_others_served(gateway: GatewayServers) -> None:
+    before = rss_kib(gateway)
+    clients = [H2Client(gateway) for _ in range(5)]
+    try:
+        for client in clients:
+            for _ in range(100):  # headers and half a message, then nothing
+                sid = client.start_call()
+                client.send(sid, frame(b"", length=1000)[:5] + b"y" * 10, end=False)
+        assert_served(gateway)
+    finally:
+        for client in clients:
+            client.close()
+    assert rss_kib(gateway) - before < 50 * 1024
+    assert_served(gateway)
