@@ -143,14 +143,8 @@ class ClientManager:
 
     def rpcs(self) -> list[Rpc]:
         return [
-            Rpc("Heartbeat", Kind.UNARY, spb.HeartbeatRequest, spb.HeartbeatResponse, self.heartbeat),
-            Rpc(
-                "NotifyClientTermination",
-                Kind.UNARY,
-                spb.NotifyClientTerminationRequest,
-                spb.NotifyClientTerminationResponse,
-                self.notify_client_termination,
-            ),
+            Rpc.of("Heartbeat", Kind.UNARY, self.heartbeat),
+            Rpc.of("NotifyClientTermination", Kind.UNARY, self.notify_client_termination),
         ]
 
     def start(self) -> None:

@@ -158,35 +158,11 @@ class ConsumerActivity:
 
     def rpcs(self) -> list[Rpc]:
         return [
-            Rpc(
-                "ReceiveMessage",
-                Kind.SERVER_STREAM,
-                spb.ReceiveMessageRequest,
-                spb.ReceiveMessageResponse,
-                self.receive_message,
-            ),
-            Rpc("AckMessage", Kind.UNARY, spb.AckMessageRequest, spb.AckMessageResponse, self.ack_message),
-            Rpc(
-                "ChangeInvisibleDuration",
-                Kind.UNARY,
-                spb.ChangeInvisibleDurationRequest,
-                spb.ChangeInvisibleDurationResponse,
-                self.change_invisible_duration,
-            ),
-            Rpc(
-                "ForwardMessageToDeadLetterQueue",
-                Kind.UNARY,
-                spb.ForwardMessageToDeadLetterQueueRequest,
-                spb.ForwardMessageToDeadLetterQueueResponse,
-                self.forward_message_to_dead_letter_queue,
-            ),
-            Rpc(
-                "QueryAssignment",
-                Kind.UNARY,
-                spb.QueryAssignmentRequest,
-                spb.QueryAssignmentResponse,
-                self.query_assignment,
-            ),
+            Rpc.of("ReceiveMessage", Kind.SERVER_STREAM, self.receive_message),
+            Rpc.of("AckMessage", Kind.UNARY, self.ack_message),
+            Rpc.of("ChangeInvisibleDuration", Kind.UNARY, self.change_invisible_duration),
+            Rpc.of("ForwardMessageToDeadLetterQueue", Kind.UNARY, self.forward_message_to_dead_letter_queue),
+            Rpc.of("QueryAssignment", Kind.UNARY, self.query_assignment),
         ]
 
     @property

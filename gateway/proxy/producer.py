@@ -147,14 +147,8 @@ class ProducerActivity:
 
     def rpcs(self) -> list[Rpc]:
         return [
-            Rpc("SendMessage", Kind.UNARY, spb.SendMessageRequest, spb.SendMessageResponse, self.send_message),
-            Rpc(
-                "EndTransaction",
-                Kind.UNARY,
-                spb.EndTransactionRequest,
-                spb.EndTransactionResponse,
-                self.end_transaction,
-            ),
+            Rpc.of("SendMessage", Kind.UNARY, self.send_message),
+            Rpc.of("EndTransaction", Kind.UNARY, self.end_transaction),
         ]
 
     async def producer(self, topic: str) -> ProxyProducer:

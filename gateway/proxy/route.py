@@ -72,7 +72,7 @@ class RouteActivity:
         self.service = service
 
     def rpcs(self) -> list[Rpc]:
-        return [Rpc("QueryRoute", Kind.UNARY, spb.QueryRouteRequest, spb.QueryRouteResponse, self.query_route)]
+        return [Rpc.of("QueryRoute", Kind.UNARY, self.query_route)]
 
     async def route(self, topic: str) -> TopicRouteData:
         """The topic's route from the NameServer; TOPIC_NOT_FOUND when it has none."""

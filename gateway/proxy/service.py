@@ -30,6 +30,7 @@ from .config import ProxyConfig
 from .convert import ProxyError, status_of
 from .grpc import GrpcCallError, GrpcServerFactory, Kind, Method, ServerCall
 from .v2 import definition_pb2 as pb
+from .v2 import service_pb2 as spb
 
 log = Logger()
 
@@ -73,6 +74,11 @@ class Rpc:
     request_type: Any
     response_type: Any
     handler: Callable[..., Any]
+
+    @classmethod
+    def of(cls, name: str, kind: Kind, handler: Callable[..., Any]) -> Rpc:
+        """An RPC whose messages are service.proto's ``<name>Request`` and ``<name>Response``."""
+        return cls(name, kind, getattr(spb, f"{name}Request"), getattr(spb, f"{name}Response"), handler)
 
 
 class Activity(Protocol):

@@ -14,32 +14,12 @@ from gateway.remoting.extra_info import ExtraInfo, PopRecordError, real_topic
 from gateway.remoting.headers import AckMessageRequestHeader
 
 from ..pop.records import POP_ORDER_REVIVE_QUEUE, AckMsg
+from .pop_checks import check_topic_queue
 
 if TYPE_CHECKING:
-    from gateway.remoting.bodies import TopicConfig
     from gateway.remoting.protocol import RemotingProtocol
 
     from ..controller import BrokerController
-
-
-def check_topic_queue(
-    broker: BrokerController, channel: RemotingProtocol, request: RemotingCommand, topic: str, queue_id: int
-) -> TopicConfig | RemotingCommand:
-    """The topic's config, or the answer Apache gives an ack or invisible-time change of an unknown topic or
-    queue."""
-    tc = broker.topics.select(topic)
-    if tc is None:
-        return request.response(
-            ResponseCode.TOPIC_NOT_EXIST,
-            f"topic[{topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
-        )
-    if queue_id >= tc.read_queue_nums or queue_id < 0:
-        return request.response(
-            ResponseCode.MESSAGE_ILLEGAL,
-            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-            f"consumer:[{channel.peer}]",
-        )
-    return tc
 
 
 def extra_info_error(request: RemotingCommand, e: PopRecordError) -> RemotingCommand:

@@ -12,7 +12,8 @@ from gateway.remoting.headers import ChangeInvisibleTimeRequestHeader, ChangeInv
 from gateway.store.commit_log import now_ms
 
 from ..pop.records import POP_ORDER_REVIVE_QUEUE, AckMsg, PopCheckPoint
-from .ack_message import check_topic_queue, extra_info_error
+from .ack_message import extra_info_error
+from .pop_checks import check_topic_queue
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol

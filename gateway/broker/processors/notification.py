@@ -21,10 +21,10 @@ from gateway.remoting.headers import (
     PollingInfoRequestHeader,
     PollingInfoResponseHeader,
 )
-from gateway.store.commit_log import now_ms
 
 from ..pop.polling import PollingResult, PopLongPollingService, PopRequest
-from .peek_message import check_readable, peek_offset
+from .peek_message import peek_offset
+from .pop_checks import check_readable, with_born_time
 
 if TYPE_CHECKING:
     from gateway.remoting.bodies import TopicConfig
@@ -58,9 +58,7 @@ class NotificationProcessor:
 
     def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
         broker = self.broker
-        ext = request.ext_fields = request.ext_fields if request.ext_fields is not None else {}
-        if ext.get("bornTime") in (None, "0"):  # addExtFieldIfNotExist, and "0" taken as now
-            ext["bornTime"] = str(now_ms())
+        ext = with_born_time(request)
         header = NotificationRequestHeader.decode(ext)
         checked = check_readable(broker, channel, request, header.topic, header.queue_id, header.consumer_group)
         if isinstance(checked, RemotingCommand):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any
 
-from gateway.remoting.codes import PermName, RequestCode, ResponseCode
+from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.extra_info import pop_retry_topic
 from gateway.remoting.headers import PeekMessageRequestHeader, PopMessageResponseHeader
 from gateway.store.api import GetMessageStatus
+
+from .pop_checks import check_readable
 
 if TYPE_CHECKING:
     from gateway.remoting.bodies import TopicConfig
@@ -22,39 +24,6 @@ if TYPE_CHECKING:
 MAX_PEEK_MSG_NUMS = 32
 # Store answers that leave the offset where it was: read again from nextBeginOffset.
 _OFFSET_ILLEGAL = frozenset({GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY})
-
-
-def check_readable(
-    broker: BrokerController, channel: RemotingProtocol, request: RemotingCommand, topic: str, queue_id: int, group: str
-) -> TopicConfig | RemotingCommand:
-    """The topic's config, or the answer Apache's peek, notification and polling-info processors give when the
-    broker or topic is not readable, the queue does not exist or the group may not consume."""
-    cfg = broker.config
-    if not cfg.brokerPermission & PermName.PERM_READ:
-        return request.response(ResponseCode.NO_PERMISSION, f"the broker[{cfg.brokerIP1}] peeking message is forbidden")
-    tc = broker.topics.select(topic)
-    if tc is None:
-        return request.response(
-            ResponseCode.TOPIC_NOT_EXIST,
-            f"topic[{topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
-        )
-    if not tc.perm & PermName.PERM_READ:
-        return request.response(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
-    if queue_id >= tc.read_queue_nums:
-        return request.response(
-            ResponseCode.INVALID_PARAMETER,
-            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-            f"consumer:[{channel.peer}]",
-        )
-    group_cfg = broker.groups.find(group)
-    if group_cfg is None:
-        return request.response(
-            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-            f"subscription group [{group}] does not exist, http://rocketmq.apache.org/docs/faq/",
-        )
-    if not group_cfg.consume_enable:
-        return request.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-    return tc
 
 
 def peek_offset(broker: BrokerController, topic: str, group: str, queue_id: int) -> int:

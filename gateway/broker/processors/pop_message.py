@@ -30,6 +30,7 @@ from ..consumer_filter import filter_by_properties
 from ..inner import packed_host
 from ..pop.polling import PollingResult, PopLongPollingService, PopRequest
 from ..pop.records import POP_ORDER_REVIVE_QUEUE, PopCheckPoint
+from .pop_checks import check_topic_and_group, with_born_time
 from .pull import tag_filter
 
 if TYPE_CHECKING:
@@ -97,9 +98,7 @@ class PopMessageProcessor:
     def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
         broker = self.broker
         cfg = broker.config
-        ext = request.ext_fields = request.ext_fields if request.ext_fields is not None else {}
-        if ext.get("bornTime") in (None, "0"):  # addExtFieldIfNotExist, and "0" taken as now
-            ext["bornTime"] = str(now_ms())
+        ext = with_born_time(request)
         header = PopMessageRequestHeader.decode(ext)
         header.queue_id = max(header.queue_id, -1)  # any negative queue id means every queue (getQueueId)
         if now_ms() - header.born_time - header.poll_time > 500:
@@ -117,32 +116,10 @@ class PopMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"the broker[{cfg.brokerIP1}] pop message is forbidden because timerWheelEnable is false",
             )
-        tc = broker.topics.select(header.topic)
-        if tc is None:
-            return request.response(
-                ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{header.topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
-            )
-        if not tc.perm & PermName.PERM_READ:
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] peeking message is forbidden"
-            )
-        if header.queue_id >= tc.read_queue_nums:
-            return request.response(
-                ResponseCode.INVALID_PARAMETER,
-                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
-                f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{channel.peer}]",
-            )
-        group_cfg = broker.groups.find(header.consumer_group)
-        if group_cfg is None:
-            return request.response(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{header.consumer_group}] does not exist, http://rocketmq.apache.org/docs/faq/",
-            )
-        if not group_cfg.consume_enable:
-            return request.response(
-                ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
-            )
+        checked = check_topic_and_group(broker, channel, request, header.topic, header.queue_id, header.consumer_group)
+        if isinstance(checked, RemotingCommand):
+            return checked
+        tc = checked
         expression: Expression | None = None
         sub = None
         if header.exp:
