@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 from typing import Any
+from unittest import mock
 
 import pytest_twisted
 from twisted.internet import reactor
@@ -27,7 +29,9 @@ from tests.client.test_push_consumer import Recorder, push_consumer
 
 def _run(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    # Tables fit the terminal: pin a width wide enough for whole headers (pytest-xdist's workers say 80).
+    columns = mock.patch.dict(os.environ, {"COLUMNS": "200"})
+    with columns, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return code, out.getvalue(), err.getvalue()
 

@@ -101,7 +101,10 @@ def test_every_topic_and_group_field_is_declared_as_a_name() -> None:
             assert f.metadata["kind"] is Group, (cls.__name__, wire_key)
 
 
-@pytest.mark.parametrize(("cls", "f", "kind"), _name_fields(), ids=lambda v: getattr(v, "__name__", str(v)))
+# Ids by name: a Field's repr holds addresses, which would differ between parallel workers.
+@pytest.mark.parametrize(
+    ("cls", "f", "kind"), _name_fields(), ids=lambda v: v.name if isinstance(v, dataclasses.Field) else v.__name__
+)
 def test_headers_refuse_illegal_names_at_decode(cls: type[CommandHeader], f: dataclasses.Field, kind: type) -> None:
     # Every other field gets a legal value, so only the bad name can be what fails.
     ext = {}
