@@ -5,8 +5,8 @@
 //   [--concurrent true]: every send in flight at once (the SDK's promises awaited together), else one by one.
 //   [--transaction commit|rollback|orphan]: each message in a transaction of its own, then committed, rolled
 //   back or left open; the transaction checker answers the server's check-back with --check COMMIT|ROLLBACK
-//   and prints {"event":"checked","messageId":..,"body":..}; "orphan" waits (up to --wait S) until every
-//   message was checked.
+//   and prints {"event":"checked","messageId":..,"body":..}; then it waits up to --wait S (30 for "orphan",
+//   else 0) until every message was checked (a committed or rolled back one should never be).
 //   Prints {"event":"sent","i":n,"messageId":..,"transactionId":..,"offset":..,"queueId":..} per message,
 //   {"event":"send_error","i":n,"error":..} per failure, then {"event":"done","sent":n,"failed":[i...]};
 //   exit 0 only if every message was sent. See sdk5_common.js for the common options.
@@ -95,8 +95,9 @@ run([ 'messages' ], async args => {
       emit({ event: 'send_error', i: spec.i, error: errorText(outcome.reason) });
     }
   });
-  if (args.transaction === 'orphan' && sent) {
-    await Promise.race([ tx.everyChecked, sleep(Number(args.wait || 30) * 1000) ]);
+  const wait = Number(args.wait || (args.transaction === 'orphan' ? 30 : 0));
+  if (tx && sent && wait) {
+    await Promise.race([ tx.everyChecked, sleep(wait * 1000) ]);
     await sleep(END_TRANSACTION_GRACE_MS);
   }
   await producer.shutdown();
