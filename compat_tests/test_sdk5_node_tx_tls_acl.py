@@ -136,7 +136,7 @@ def test_acl_account_allowed_and_refused(tmp_path: Path) -> None:
         time.sleep(1)  # its first receive places the group
         sdk5_node.produce(tmp_path, servers.grpc_addr, topic, [{"i": 0, "body": "signed"}], **app)
         consumed = consumer.finish()
-        assert [m["body"] for m in consumed.of("msg")] == ["signed"], consumed.describe()
+        assert consumed.returncode == 0 and [m["body"] for m in consumed.of("msg")] == ["signed"], consumed.describe()
         specs = sdk5_node.spec_file(tmp_path, [{"i": 0, "body": "refused"}])
         denied = sdk5_node.run("producer", servers.grpc_addr, "DeniedTopic", timeout=30, messages=specs, **app)
         # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
