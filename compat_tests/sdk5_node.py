@@ -8,6 +8,7 @@ leaves it running beside the test (a consumer waiting while something else produ
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import uuid
@@ -43,12 +44,21 @@ def _command(program: str, endpoints: str, topic: str, options: dict[str, Any], 
     return cmd
 
 
-def run(program: str, endpoints: str, topic: str, timeout: float = 60, **options: Any) -> Run:
-    """Run ``sdk5_<program>.js`` to its end; options become ``--name value`` (``work_ms`` → ``--work-ms``)."""
+def run(
+    program: str, endpoints: str, topic: str, timeout: float = 60, env: dict[str, str] | None = None, **options: Any
+) -> Run:
+    """Run ``sdk5_<program>.js`` to its end; options become ``--name value`` (``work_ms`` → ``--work-ms``);
+    ``env`` is added to the program's environment."""
     cmd = _command(program, endpoints, topic, options, timeout)
     try:
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout + SLACK, cwd=NODE_DIR, stdin=subprocess.DEVNULL
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout + SLACK,
+            cwd=NODE_DIR,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
@@ -95,11 +105,25 @@ def start(program: str, endpoints: str, topic: str, timeout: float = 60, **optio
     return bg
 
 
-def produce(tmp_path: Path, endpoints: str, topic: str, specs: list[dict[str, Any]], timeout: float = 60) -> Run:
-    """Send ``specs`` (sdk5_producer.js's message lines) and check every one was sent."""
-    spec_file = tmp_path / f"sdk5-{uuid.uuid4().hex[:8]}.jsonl"
-    spec_file.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in specs), encoding="utf-8")
-    result = run("producer", endpoints, topic, timeout=timeout, messages=spec_file)
+def spec_file(tmp_path: Path, specs: list[dict[str, Any]]) -> Path:
+    """``specs`` written as sdk5_producer.js's ``--messages`` file (one JSON object a line)."""
+    path = tmp_path / f"sdk5-{uuid.uuid4().hex[:8]}.jsonl"
+    path.write_text("".join(json.dumps(s, ensure_ascii=False) + "\n" for s in specs), encoding="utf-8")
+    return path
+
+
+def produce(
+    tmp_path: Path,
+    endpoints: str,
+    topic: str,
+    specs: list[dict[str, Any]],
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+    **options: Any,
+) -> Run:
+    """Send ``specs`` (sdk5_producer.js's message lines, more ``options`` as in :func:`run`) and check every one
+    was sent."""
+    result = run("producer", endpoints, topic, timeout=timeout, env=env, messages=spec_file(tmp_path, specs), **options)
     done = result.of("done")
     assert result.returncode == 0 and done and done[-1]["sent"] == len(specs), result.describe()
     return result

@@ -5,8 +5,8 @@
 // for the compat_tests/test_sdk5_*.py tests.
 //
 // Common options: --endpoints H:P --topic T, [--expression E] [--sql true] (a SQL92 filter instead of a tag
-// expression), [--namespace NS], [--access-key AK --secret-key SK], [--tls true], [--timeout S] (exit 3 when
-// it runs out). Client logs go to stderr; stdout carries only JSON lines.
+// expression), [--namespace NS], [--access-key AK --secret-key SK], [--tls true|false] (left out: the SDK's
+// default), [--timeout S] (exit 3 when it runs out). Client logs go to stderr; stdout carries only JSON lines.
 
 const { format } = require('util');
 const { FilterExpression } = require('rocketmq-client-nodejs');
@@ -42,8 +42,12 @@ function sleep(ms) {
   return new Promise(resolve => setTimeout(resolve, ms));
 }
 
+// The SDK wraps the server's answer (a ClientException with its response code) as the `cause` of its own
+// errors (e.g. a failed startup): follow the chain.
 function errorText(err) {
-  return String((err && err.message) || err);
+  const parts = [];
+  for (let e = err; e && parts.length < 5; e = e.cause) parts.push(String(e.message || e));
+  return parts.join(' | caused by: ') || String(err);
 }
 
 const logger = {
@@ -58,10 +62,10 @@ function clientOptions(args) {
   const options = {
     endpoints: args.endpoints,
     namespace: args.namespace || '',
-    sslEnabled: args.tls === 'true',
     requestTimeout: 5000,
     logger,
   };
+  if (args.tls !== undefined) options.sslEnabled = args.tls === 'true';
   if (args['access-key']) {
     options.sessionCredentials = { accessKey: args['access-key'], accessSecret: args['secret-key'] || '' };
   }

@@ -18,7 +18,7 @@ from twisted.logger import Logger
 from gateway.client.errors import MQClientError
 from gateway.remoting.message import MessageExt
 
-from .convert import ProxyError, build_message, duration, status
+from .convert import ProxyError, build_message, duration, status, status_of
 from .grpc import GrpcStatus, Kind, ServerCall
 from .service import ProxyContext, Rpc
 from .v2 import definition_pb2 as pb
@@ -88,7 +88,13 @@ class TelemetryActivity:
             return
         if not ctx.client_id.strip():
             raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
-        self.service.check_access(ctx, settings)
+        try:
+            self.service.check_access(ctx, settings)
+        except ProxyError as e:
+            # Apache checks access in its request pipeline, before ClientActivity: a refusal is a status-only
+            # TelemetryCommand on the open stream (the SDKs fail their startup on it), not the stream's end.
+            call.send(spb.TelemetryCommand(status=status_of(e)))
+            return
         client = self.service.clients.apply_settings(ctx, settings)
         client.telemetry = call
         client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=self.merged_settings(settings)))
