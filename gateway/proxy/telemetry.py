@@ -12,10 +12,16 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred
 from twisted.logger import Logger
 
 from gateway.client.errors import MQClientError
+from gateway.remoting.bodies import (
+    CustomizedRetryPolicy,
+    ExponentialRetryPolicy,
+    GroupRetryPolicyType,
+    SubscriptionGroupConfig,
+)
 from gateway.remoting.message import MessageExt
 
 from .convert import ProxyError, build_message, duration, status
@@ -29,11 +35,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-# SubscriptionGroupConfig's defaults: 16 retries, then the broker's delay levels 3 and up as the backoff.
-DEFAULT_RETRY_MAX_TIMES = 16
-DEFAULT_CUSTOMIZED_BACKOFF_MS = (
-    [1000, 5000, 10000, 30000] + [m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)] + [3_600_000, 7_200_000]
-)
+# What a group without a config of its own gets: 16 retries, the broker's delay levels 3 and up as the backoff.
+DEFAULT_GROUP_CONFIG = SubscriptionGroupConfig("")
 # What a verify-message answer's status means (buildConsumeMessageDirectlyResult).
 VERIFY_RESULTS = {
     pb.Code.OK: "CR_SUCCESS",
@@ -43,6 +46,27 @@ VERIFY_RESULTS = {
 # A relayed request (verify message, stack trace) waits this long for the client's answer.
 RELAY_TIMEOUT = 3.0
 MAX_PENDING_RELAYS = 1024
+
+
+def merge_subscription(settings: pb.Settings, group: SubscriptionGroupConfig, config: Any) -> None:
+    """GrpcClientSettingsManager.mergeSubscriptionData: the proxy's batch size and long-polling timeout, FIFO
+    from consumeMessageOrderly, retryMaxTimes + 1 attempts and the group's retry policy as the backoff."""
+    subscription = settings.subscription
+    subscription.receive_batch_size = config.grpcClientConsumerLongPollingBatchSize
+    subscription.long_polling_timeout.CopyFrom(duration(config.grpcClientConsumerMaxLongPollingTimeoutMillis))
+    subscription.fifo = group.consume_message_orderly
+    backoff = settings.backoff_policy
+    backoff.Clear()
+    backoff.max_attempts = group.retry_max_times + 1
+    policy = group.group_retry_policy
+    if policy.type == GroupRetryPolicyType.EXPONENTIAL:
+        exponential = policy.exponential_retry_policy or ExponentialRetryPolicy()
+        backoff.exponential_backoff.initial.CopyFrom(duration(exponential.initial))
+        backoff.exponential_backoff.max.CopyFrom(duration(exponential.max))
+        backoff.exponential_backoff.multiplier = exponential.multiplier
+    else:
+        customized = policy.customized_retry_policy or CustomizedRetryPolicy()
+        backoff.customized_backoff.next.extend(duration(ms) for ms in customized.next)
 
 
 class TelemetryActivity:
@@ -91,10 +115,13 @@ class TelemetryActivity:
         self.service.check_access(ctx, settings)
         client = self.service.clients.apply_settings(ctx, settings)
         client.telemetry = call
-        client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=self.merged_settings(settings)))
+        d = ensureDeferred(self.merged_settings(settings))
+        d.addCallback(lambda merged: client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=merged)))
+        d.addErrback(lambda f: log.failure("answering the settings of {client_id}", f, client_id=ctx.client_id))
 
-    def merged_settings(self, settings: Any) -> pb.Settings:
-        """The client's settings with the server's side filled in (getClientSettings)."""
+    async def merged_settings(self, settings: Any) -> pb.Settings:
+        """The client's settings with the server's side filled in (getClientSettings): a consumer's from its
+        group's config, read from a broker of its first subscribed topic."""
         config = self.service.config
         merged = pb.Settings()
         merged.CopyFrom(settings)
@@ -109,13 +136,12 @@ class TelemetryActivity:
             merged.publishing.max_body_size = config.maxMessageSize
         else:
             subscription = merged.subscription
-            subscription.receive_batch_size = config.grpcClientConsumerLongPollingBatchSize
-            subscription.long_polling_timeout.CopyFrom(duration(config.grpcClientConsumerMaxLongPollingTimeoutMillis))
-            subscription.fifo = False
-            backoff = merged.backoff_policy
-            backoff.Clear()
-            backoff.max_attempts = DEFAULT_RETRY_MAX_TIMES + 1
-            backoff.customized_backoff.next.extend(duration(ms) for ms in DEFAULT_CUSTOMIZED_BACKOFF_MS)
+            group_config = None
+            if subscription.subscriptions:
+                group_config = await self.service.metadata.group_config_of_topic(
+                    subscription.group.name, subscription.subscriptions[0].topic.name
+                )
+            merge_subscription(merged, group_config or DEFAULT_GROUP_CONFIG, config)
         merged.metric.Clear()
         merged.metric.on = False
         return merged

@@ -73,6 +73,7 @@ GROUP_CONFIG: Spec = {
     "brokerId": "long",
     "whichBrokerWhenConsumeSlowly": "long",
     "notifyConsumerIdsChangedEnable": "bool",
+    "consumeMessageOrderly": "bool",
 }
 LOCK_BATCH: Spec = {
     "consumerGroup": "group",
