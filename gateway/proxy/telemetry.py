@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred, ensureDeferred
+from twisted.internet.defer import Deferred, ensureDeferred, succeed
 from twisted.logger import Logger
 
 from gateway.client.errors import MQClientError
@@ -80,13 +80,26 @@ class TelemetryActivity:
         return [Rpc("Telemetry", Kind.BIDI_STREAM, spb.TelemetryCommand, spb.TelemetryCommand, self.telemetry)]
 
     def telemetry(self, ctx: ProxyContext, call: ServerCall) -> None:
+        # A settings answer waits for the group's config from a broker: answers leave in the order the settings
+        # came, and a half-close ends the call after them.
+        answers: Deferred[Any] = succeed(None)
+
+        def answer(settings: pb.Settings) -> None:
+            if not call.finished:
+                call.send(spb.TelemetryCommand(status=status(pb.Code.OK), settings=settings))
+
         def on_message(command: Any) -> None:
             try:
-                self.on_command(ctx, call, command)
+                merged = self.on_command(ctx, call, command)
             except ProxyError as e:
                 bad_request = pb.Code.BAD_REQUEST <= e.code < pb.Code.INTERNAL_ERROR
                 grpc_status = GrpcStatus.INVALID_ARGUMENT if bad_request else GrpcStatus.INTERNAL
                 call.finish(grpc_status, f"process client telemetryCommand failed. {e.message}")
+                return
+            if merged is not None:
+                answers.addCallback(lambda _: merged)
+                answers.addCallback(answer)
+                answers.addErrback(lambda f: log.failure("answering the settings of {id}", f, id=ctx.client_id))
 
         def closed(_: Any) -> None:
             client = self.service.clients.clients.get(ctx.client_id)
@@ -94,30 +107,30 @@ class TelemetryActivity:
                 client.telemetry = None
 
         call.on_message = on_message
-        call.on_half_close = call.finish
+        call.on_half_close = lambda: answers.addCallback(lambda _: call.finish())
         call.closed.addCallback(closed)
 
-    def on_command(self, ctx: ProxyContext, call: ServerCall, command: Any) -> None:
+    def on_command(self, ctx: ProxyContext, call: ServerCall, command: Any) -> Deferred[pb.Settings] | None:
+        """Handles one command from the client; settings are answered with the merged settings (a Deferred)."""
         which = command.WhichOneof("command")
         if which == "settings":
-            self.on_settings(ctx, call, command.settings)
-        elif which == "thread_stack_trace":
+            return self.on_settings(ctx, call, command.settings)
+        if which == "thread_stack_trace":
             self._answered(command.thread_stack_trace.nonce, command)
         elif which == "verify_message_result":
             self._answered(command.verify_message_result.nonce, command)
+        return None
 
-    def on_settings(self, ctx: ProxyContext, call: ServerCall, settings: Any) -> None:
+    def on_settings(self, ctx: ProxyContext, call: ServerCall, settings: Any) -> Deferred[pb.Settings] | None:
         if settings.WhichOneof("pub_sub") is None:
             call.finish(GrpcStatus.INVALID_ARGUMENT, "there is no publishing or subscription data in settings")
-            return
+            return None
         if not ctx.client_id.strip():
             raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
         self.service.check_access(ctx, settings)
         client = self.service.clients.apply_settings(ctx, settings)
         client.telemetry = call
-        d = ensureDeferred(self.merged_settings(settings))
-        d.addCallback(lambda merged: client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=merged)))
-        d.addErrback(lambda f: log.failure("answering the settings of {client_id}", f, client_id=ctx.client_id))
+        return ensureDeferred(self.merged_settings(settings))
 
     async def merged_settings(self, settings: Any) -> pb.Settings:
         """The client's settings with the server's side filled in (getClientSettings): a consumer's from its
