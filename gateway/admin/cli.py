@@ -324,24 +324,24 @@ def _update_group_args(p: argparse.ArgumentParser) -> None:
 
 @command("updateSubGroup", "create or change a subscription group", _update_group_args)
 def update_sub_group(admin: Session, args: argparse.Namespace) -> Any:
-    try:
-        policy = GroupRetryPolicy()
-        if args.groupRetryPolicy is not None:
+    policy = GroupRetryPolicy()
+    if args.groupRetryPolicy is not None:
+        try:
             policy = GroupRetryPolicy.from_json(json.loads(args.groupRetryPolicy))
-        config = SubscriptionGroupConfig(
-            args.groupName,
-            consume_enable=args.consumeEnable == "true",
-            consume_from_min_enable=args.consumeFromMinEnable == "true",
-            consume_broadcast_enable=args.consumeBroadcastEnable == "true",
-            retry_queue_nums=args.retryQueueNums,
-            retry_max_times=args.retryMaxTimes,
-            broker_id=args.brokerId,
-            which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
-            consume_message_orderly=args.consumeMessageOrderly == "true",
-            group_retry_policy=policy,
-        )
-    except ValueError as e:  # JSONDecodeError and BodyError are ValueErrors
-        raise CommandFailed(f"updateSubGroup: {e}") from None
+        except ValueError as e:  # JSONDecodeError and BodyError are ValueErrors
+            raise CommandFailed(f"--groupRetryPolicy: {e}") from None
+    config = SubscriptionGroupConfig(
+        args.groupName,
+        consume_enable=args.consumeEnable == "true",
+        consume_from_min_enable=args.consumeFromMinEnable == "true",
+        consume_broadcast_enable=args.consumeBroadcastEnable == "true",
+        retry_queue_nums=args.retryQueueNums,
+        retry_max_times=args.retryMaxTimes,
+        broker_id=args.brokerId,
+        which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
+        consume_message_orderly=args.consumeMessageOrderly == "true",
+        group_retry_policy=policy,
+    )
     body = fastjson.dumps(config.to_json())
     done = []
     for addr in _targets(admin, args).values():
