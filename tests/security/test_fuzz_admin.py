@@ -74,6 +74,11 @@ GROUP_CONFIG: Spec = {
     "whichBrokerWhenConsumeSlowly": "long",
     "notifyConsumerIdsChangedEnable": "bool",
     "consumeMessageOrderly": "bool",
+    "groupRetryPolicy": {
+        "type": "enum",
+        "exponentialRetryPolicy": {"initial": "long", "max": "long", "multiplier": "long"},
+        "customizedRetryPolicy": {"next": ("list", "long")},
+    },
 }
 LOCK_BATCH: Spec = {
     "consumerGroup": "group",
