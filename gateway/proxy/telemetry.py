@@ -46,6 +46,8 @@ VERIFY_RESULTS = {
 # A relayed request (verify message, stack trace) waits this long for the client's answer.
 RELAY_TIMEOUT = 3.0
 MAX_PENDING_RELAYS = 1024
+# Settings of one stream waiting for their answer (each may wait for a broker): past this the client is flooding.
+MAX_PENDING_SETTINGS = 16
 
 
 def merge_subscription(settings: pb.Settings, group: SubscriptionGroupConfig, config: Any) -> None:
@@ -83,12 +85,22 @@ class TelemetryActivity:
         # A settings answer waits for the group's config from a broker: answers leave in the order the settings
         # came, and a half-close ends the call after them.
         answers: Deferred[Any] = succeed(None)
+        waiting = 0
+
+        def settled(result: Any) -> Any:
+            nonlocal waiting
+            waiting -= 1
+            return result
 
         def answer(settings: pb.Settings) -> None:
             if not call.finished:
                 call.send(spb.TelemetryCommand(status=status(pb.Code.OK), settings=settings))
 
         def on_message(command: Any) -> None:
+            nonlocal waiting
+            if waiting >= MAX_PENDING_SETTINGS:
+                call.finish(GrpcStatus.RESOURCE_EXHAUSTED, "too many settings waiting for their answer")
+                return
             try:
                 merged = self.on_command(ctx, call, command)
             except ProxyError as e:
@@ -97,7 +109,9 @@ class TelemetryActivity:
                 call.finish(grpc_status, f"process client telemetryCommand failed. {e.message}")
                 return
             if merged is not None:
+                waiting += 1
                 answers.addCallback(lambda _: merged)
+                answers.addBoth(settled)
                 answers.addCallback(answer)
                 answers.addErrback(lambda f: log.failure("answering the settings of {id}", f, id=ctx.client_id))
 
