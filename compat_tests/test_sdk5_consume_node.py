@@ -19,7 +19,12 @@ import pytest
 from gateway.client.blocking import Admin, Producer, PushConsumer
 from gateway.client.push_consumer import ConsumeStatus
 from gateway.remoting import fastjson
-from gateway.remoting.bodies import SubscriptionGroupConfig
+from gateway.remoting.bodies import (
+    ExponentialRetryPolicy,
+    GroupRetryPolicy,
+    GroupRetryPolicyType,
+    SubscriptionGroupConfig,
+)
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import Message
@@ -171,6 +176,36 @@ def test_push_consumer_consumes_concurrently_and_retries(sdk5_servers, tmp_path)
     for i, deliveries in msgs.items():
         assert [m["deliveryAttempt"] for m in deliveries] == [1, 2], f"message {i}: {deliveries}"
     assert max(m["active"] for m in got.of("msg")) > 1, "the listener never ran concurrently"
+
+
+def test_fifo_push_consumer_keeps_message_groups_in_order(sdk5_servers, tmp_path):
+    """A group marked orderly over remoting (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP with consumeMessageOrderly and an
+    exponential retry policy, the only one this SDK reads): the PushConsumer is told FIFO and 4 attempts over
+    Telemetry, consumes each message group in send order, and retries a failed message in place (attempts 1, 2,
+    3) before the next message of its group."""
+    topic, group, run = _topic(sdk5_servers), _unique("sdk5_fifo"), _unique("r")
+    policy = GroupRetryPolicy(GroupRetryPolicyType.EXPONENTIAL, ExponentialRetryPolicy(1000, 10000, 2))
+    config = SubscriptionGroupConfig(group, retry_max_times=3, consume_message_orderly=True, group_retry_policy=policy)
+    request = RemotingCommand.request(
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(config.to_json())
+    )
+    assert call(sdk5_servers.broker_addr, request).code == 0
+    consumer = sdk5_node.start(
+        "push_consumer", sdk5_servers.grpc_endpoint, topic, group=group, acks=12, fail_times=2, fail_tag="Poison",
+        work_ms=100, linger=2,
+    )  # fmt: skip
+    time.sleep(2)  # its assignment and first receive
+    specs = [_spec(run, i, group=f"g{i % 3}") for i in range(12)]
+    specs[4]["tag"] = "Poison"  # the second message of g1
+    sdk5_node.produce(tmp_path, sdk5_servers.grpc_endpoint, topic, specs)
+    got = _finish(consumer)
+    by_group: dict[str, list[tuple[int, int]]] = {}
+    for m in got.of("msg"):
+        by_group.setdefault(m["messageGroup"], []).append((int(m["props"]["idx"]), m["deliveryAttempt"]))
+    assert by_group["g0"] == [(0, 1), (3, 1), (6, 1), (9, 1)], got.describe()
+    assert by_group["g1"] == [(1, 1), (4, 1), (4, 2), (4, 3), (7, 1), (10, 1)], got.describe()
+    assert by_group["g2"] == [(2, 1), (5, 1), (8, 1), (11, 1)], got.describe()
+    assert len(got.of("failed")) == 2
 
 
 def test_tag_and_sql_filters(sdk5_servers, tmp_path):

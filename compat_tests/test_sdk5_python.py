@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +16,17 @@ import pytest
 from gateway.client import MessageExt, MessageQueue, blocking
 from gateway.client.consumer import PullStatus
 from gateway.client.security import ClientSecurity
+from gateway.remoting import fastjson
+from gateway.remoting.bodies import SubscriptionGroupConfig
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst
 from gateway.tls import certs
 
 from .conftest import FAST_CONFIG
 from .sdk5 import run_scenario
 from .secure_servers import ADMIN, APP, PLAIN_ACL_YML
-from .servers import GatewayServers
+from .servers import GatewayServers, call
 
 pytestmark = pytest.mark.compat
 
@@ -230,3 +236,68 @@ def test_consumer_filter_expressions(grpc_servers: GatewayServers, sql: bool) ->
     expression = "i IN ('1', '3')" if sql else "Tag1"
     got = _consume(grpc_servers, "simple", 4, want=2, expression=expression, sql=sql, wait=15)
     assert sorted(m["body"] for m in got) == ["m1", "m3"], got
+
+
+def test_simple_consumer_dead_letter_queue_after_max_attempts(grpc_servers: GatewayServers) -> None:
+    """A group with retryMaxTimes 1 gets a refused message twice (attempts 1 and 2), then finds it in
+    %DLQ%group with its body, never delivered a third time."""
+    group = f"Sdk5Dlq{next(_names)}"
+    config = SubscriptionGroupConfig(group_name=group, retry_max_times=1)
+    request = RemotingCommand.request(
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(config.to_json())
+    )
+    assert call(grpc_servers.broker_addr, request).code == 0
+    topic = topic_on(grpc_servers, "Sdk5Dlq")
+    out = run_scenario(
+        "consumer",
+        {"endpoint": grpc_servers.grpc_addr, "topic": topic, "group": group, "kind": "simple",
+         "send": [{"body": "poison", "tag": "T"}], "want": 1, "fail": {"poison": 100}, "wait": 8},
+        timeout=60,
+    )  # fmt: skip
+    got = out["received"]
+    assert [(m["body"], m["attempt"]) for m in got] == [("poison", 1), ("poison", 2)], got
+    dead = flat(pull_all(grpc_servers, f"%DLQ%{group}", 1))
+    assert [m.body for m in dead] == [b"poison"], dead
+    # The same message (its id, its tag); the send back to the DLQ counted as one more consumption.
+    assert (dead[0].uniq_key, dead[0].tags, dead[0].reconsume_times) == (got[0]["id"], "T", 3)
+
+
+def test_fifo_push_consumer_keeps_each_message_group_in_order(grpc_servers: GatewayServers) -> None:
+    """A group marked orderly with our admin tool (-o true, a 2 s retry step): the 5.x PushConsumer is told FIFO and
+    the backoff over Telemetry, consumes each message group in send order, and retries a failed message in place
+    after the group's 2 s step, its group waiting for it (the slow first message makes the rest of orders-a arrive
+    in one batch, where a concurrent consumer would go on past the failed one)."""
+    group = f"Sdk5FifoPush{next(_names)}"
+    policy = '{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[2000]}}'
+    marked = subprocess.run(
+        [sys.executable, "-m", "gateway.admin", "updateSubGroup", "-n", grpc_servers.namesrv_addr,
+         "-b", grpc_servers.broker_addr, "-g", group, "-o", "true", "-r", "3", "-p", policy],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert marked.returncode == 0, marked.stderr
+    topic = topic_on(grpc_servers, "Sdk5FifoPush")
+    groups = ("orders-a", "orders-b", "orders-c")
+    specs = [{"body": f"{g}-{i}", "message_group": g} for i in range(5) for g in groups]
+    out = run_scenario(
+        "consumer",
+        {"endpoint": grpc_servers.grpc_addr, "topic": topic, "group": group, "kind": "push",
+         "send": specs, "want": len(specs), "fail": {"orders-a-2": 1}, "slow": {"orders-a-0": 1.5}, "wait": 40},
+        timeout=90,
+    )  # fmt: skip
+    got = out["received"]
+    by_group: dict[str, list[dict]] = {}
+    for m in got:
+        by_group.setdefault(m["group"], []).append(m)
+    assert [m["body"] for m in by_group["orders-b"]] == [f"orders-b-{i}" for i in range(5)], got
+    assert [m["body"] for m in by_group["orders-c"]] == [f"orders-c-{i}" for i in range(5)], got
+    # orders-a-2 failed once: it comes again before orders-a-3, after the group's retry step.
+    a = by_group["orders-a"]
+    assert [m["body"] for m in a] == [
+        "orders-a-0",
+        "orders-a-1",
+        "orders-a-2",
+        "orders-a-2",
+        "orders-a-3",
+        "orders-a-4",
+    ], got
+    assert a[3]["at"] - a[2]["at"] >= 1.8, a

@@ -1,8 +1,8 @@
 'use strict';
-// node sdk5_push_consumer.js --endpoints H:P --topic T --group G [--acks N] [--fail-times K] [--work-ms MS]
-//     [--linger S]
-//   A PushConsumer whose listener spends --work-ms on each message and fails deliveries K or fewer
-//   (printing {"event":"failed","messageId","deliveryAttempt"}). Every delivery prints a "msg" event
+// node sdk5_push_consumer.js --endpoints H:P --topic T --group G [--acks N] [--fail-times K] [--fail-tag TAG]
+//     [--work-ms MS] [--linger S]
+//   A PushConsumer whose listener spends --work-ms on each message and fails deliveries K or fewer (of the
+//   messages tagged --fail-tag only, when given), printing {"event":"failed","messageId","deliveryAttempt"}. Every delivery prints a "msg" event
 //   (sdk5_common.describe) with "active": how many listener calls were running at once.
 //   It stops after N successful consumptions and --linger seconds more, printing {"event":"done","acks"}.
 //   See sdk5_common.js for the common options.
@@ -13,6 +13,7 @@ const { emit, sleep, clientOptions, subscriptions, describe, run } = require('./
 run([ 'group' ], async args => {
   const wantAcks = Number(args.acks || Infinity);
   const failTimes = Number(args['fail-times'] || 0);
+  const failTag = args['fail-tag'];
   const workMs = Number(args['work-ms'] || 0);
   let active = 0;
   let successes = 0;
@@ -28,7 +29,7 @@ run([ 'group' ], async args => {
         emit({ ...describe(view), active });
         try {
           if (workMs) await sleep(workMs);
-          if ((view.deliveryAttempt || 1) <= failTimes) {
+          if ((!failTag || view.tag === failTag) && (view.deliveryAttempt || 1) <= failTimes) {
             emit({ event: 'failed', messageId: view.messageId, deliveryAttempt: view.deliveryAttempt });
             return ConsumeResult.FAILURE;
           }

@@ -1,10 +1,13 @@
 """Consume with a SimpleConsumer or a PushConsumer: {"endpoint", "topic", "group", "kind": "simple"|"push",
-"expression", "sql": bool, "send": [spec], "want": n, "retry_first": bool, "wait": seconds}.
+"expression", "sql": bool, "send": [spec], "want": n, "retry_first": bool, "fail": {body: n}, "slow": {body: seconds},
+"wait": seconds}.
 
 The consumer starts first (a new group pops from the queues' ends), then a Producer sends ``send``. Each message is
-acknowledged, except that with ``retry_first`` a first delivery is not: a simple consumer changes its invisible
-duration to 1 s, a push consumer's listener answers FAILURE; it must come back as attempt 2. Answers
-{"received": [{"body", "tag", "keys", "props", "attempt", "id"} per delivery]} once ``want`` messages were
+acknowledged, except that with ``retry_first`` a first delivery is not, nor the first ``fail[body]`` deliveries of
+a body: a simple consumer changes its invisible duration to 1 s, a push consumer's listener answers FAILURE; it must
+come back (as attempt 2, or retried in place by a FIFO push consumer). A push listener takes ``slow[body]`` seconds
+over a body (what arrives meanwhile comes in one batch). Answers {"received": [{"body", "tag", "keys",
+"props", "group", "attempt", "id", "at"} per delivery ("at": seconds since start)]} once ``want`` messages were
 acknowledged, or after ``wait`` seconds.
 """
 
@@ -19,6 +22,8 @@ a = args()
 received = []
 acked = []
 done = threading.Event()
+refusals = dict(a.get("fail", {}))
+start = time.monotonic()
 
 
 def record(msg) -> bool:
@@ -29,11 +34,19 @@ def record(msg) -> bool:
             "tag": msg.tag,
             "keys": sorted(msg.keys),
             "props": msg.properties,
+            "group": msg.message_group,
             "attempt": msg.delivery_attempt,
             "id": msg.message_id,
+            "at": time.monotonic() - start,
         }
     )
-    return not (a.get("retry_first") and msg.delivery_attempt == 1)
+    if a.get("retry_first") and msg.delivery_attempt == 1:
+        return False
+    body = msg.body.decode()
+    if refusals.get(body, 0) > 0:
+        refusals[body] -= 1
+        return False
+    return True
 
 
 def acknowledged() -> None:
@@ -44,6 +57,7 @@ def acknowledged() -> None:
 
 class Listener(MessageListener):
     def consume(self, msg):
+        time.sleep(a.get("slow", {}).get(msg.body.decode(), 0))
         if record(msg):
             acknowledged()
             return ConsumeResult.SUCCESS

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from gateway.client.message_id import create_uniq_id
 from gateway.remoting import fastjson
+from gateway.remoting.bodies import GroupRetryPolicy, SubscriptionGroupConfig
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
 from gateway.remoting.headers import SendMessageRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
@@ -307,27 +308,41 @@ def _update_group_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--consumeEnable", choices=("true", "false"), default="true")
     p.add_argument("-m", "--consumeFromMinEnable", choices=("true", "false"), default="false")
     p.add_argument("-d", "--consumeBroadcastEnable", choices=("true", "false"), default="false")
+    p.add_argument("-o", "--consumeMessageOrderly", choices=("true", "false"), default="false")
     p.add_argument("-q", "--retryQueueNums", type=int, default=1)
     p.add_argument("-r", "--retryMaxTimes", type=int, default=16)
+    p.add_argument(
+        "-p",
+        "--groupRetryPolicy",
+        help='the retry policy of 5.x consumers as JSON, e.g. {"type":"EXPONENTIAL","exponentialRetryPolicy":'
+        '{"initial":5000,"max":7200000,"multiplier":2}} or {"type":"CUSTOMIZED","customizedRetryPolicy":'
+        '{"next":[1000,5000,10000]}}',
+    )
     p.add_argument("-i", "--brokerId", type=int, default=0)
     p.add_argument("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1)
 
 
 @command("updateSubGroup", "create or change a subscription group", _update_group_args)
 def update_sub_group(admin: Session, args: argparse.Namespace) -> Any:
-    body = fastjson.dumps(
-        {
-            "brokerId": args.brokerId,
-            "consumeBroadcastEnable": args.consumeBroadcastEnable == "true",
-            "consumeEnable": args.consumeEnable == "true",
-            "consumeFromMinEnable": args.consumeFromMinEnable == "true",
-            "groupName": args.groupName,
-            "notifyConsumerIdsChangedEnable": True,
-            "retryMaxTimes": args.retryMaxTimes,
-            "retryQueueNums": args.retryQueueNums,
-            "whichBrokerWhenConsumeSlowly": args.whichBrokerWhenConsumeSlowly,
-        }
+    policy = GroupRetryPolicy()
+    if args.groupRetryPolicy is not None:
+        try:
+            policy = GroupRetryPolicy.from_json(json.loads(args.groupRetryPolicy))
+        except ValueError as e:  # JSONDecodeError and BodyError are ValueErrors
+            raise CommandFailed(f"--groupRetryPolicy: {e}") from None
+    config = SubscriptionGroupConfig(
+        args.groupName,
+        consume_enable=args.consumeEnable == "true",
+        consume_from_min_enable=args.consumeFromMinEnable == "true",
+        consume_broadcast_enable=args.consumeBroadcastEnable == "true",
+        retry_queue_nums=args.retryQueueNums,
+        retry_max_times=args.retryMaxTimes,
+        broker_id=args.brokerId,
+        which_broker_when_consume_slowly=args.whichBrokerWhenConsumeSlowly,
+        consume_message_orderly=args.consumeMessageOrderly == "true",
+        group_retry_policy=policy,
     )
+    body = fastjson.dumps(config.to_json())
     done = []
     for addr in _targets(admin, args).values():
         with admin.part():

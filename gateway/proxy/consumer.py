@@ -31,7 +31,7 @@ from .grpc import Kind, ServerCall
 from .receipt_handle import InvalidReceiptHandle, ReceiptHandle, create_handle
 from .route import permission, proxy_endpoints
 from .service import ProxyContext, Rpc
-from .telemetry import DEFAULT_RETRY_MAX_TIMES
+from .telemetry import DEFAULT_GROUP_CONFIG
 from .v2 import definition_pb2 as pb
 from .v2 import service_pb2 as spb
 from .validate import validate_consumer_group, validate_topic
@@ -134,17 +134,12 @@ def decode_handle(handle: str) -> ReceiptHandle:
         raise ProxyError(pb.Code.INVALID_RECEIPT_HANDLE, str(e)) from None
 
 
-# How long a group's config is used before it is read again, and how many groups are kept.
-GROUP_CONFIG_TTL_MS = 20_000
-MAX_CACHED_GROUP_CONFIGS = 10_000
-
-
 @dataclass(frozen=True, slots=True)
 class ConsumerSettings:
     """What a receive needs of the client's settings (GrpcClientSettingsManager.getClientSettings)."""
 
     fifo: bool = False
-    max_attempts: int = DEFAULT_RETRY_MAX_TIMES + 1
+    max_attempts: int = DEFAULT_GROUP_CONFIG.retry_max_times + 1
     request_timeout_ms: int = 3000
 
 
@@ -153,8 +148,6 @@ class ConsumerActivity:
 
     def __init__(self, service: MessagingService) -> None:
         self.service = service
-        # group -> (when fetched, its config from a broker or None): ClusterMetadataService's group cache.
-        self.group_configs: dict[str, tuple[int, dict | None]] = {}
 
     def rpcs(self) -> list[Rpc]:
         return [
@@ -179,39 +172,17 @@ class ConsumerActivity:
 
     async def group_settings(self, group: str, addr: str, base: ConsumerSettings) -> ConsumerSettings:
         """The client's settings with its group's (GrpcClientSettingsManager.mergeSubscriptionData): FIFO from
-        consumeMessageOrderly, max attempts from retryMaxTimes + 1; kept GROUP_CONFIG_TTL_MS."""
-        now = self.service.now_ms()
-        cached = self.group_configs.get(group)
-        if cached is None or now - cached[0] > GROUP_CONFIG_TTL_MS:
-            try:
-                config = await self.service.instance.api.get_subscription_group_config(addr, group)
-            except Exception as e:  # the defaults until a broker answers
-                log.warn("cannot read the config of group {group} from {addr}: {e}", group=group, addr=addr, e=e)
-                return base
-            if cached is None and len(self.group_configs) >= MAX_CACHED_GROUP_CONFIGS:
-                del self.group_configs[next(iter(self.group_configs))]
-            self.group_configs[group] = cached = (now, config)
-        config = cached[1]
+        consumeMessageOrderly, max attempts from retryMaxTimes + 1."""
+        config = await self.service.metadata.group_config(group, addr)
         if config is None:
             return base
-        retry_max_times = config.get("retryMaxTimes")
-        max_attempts = retry_max_times + 1 if type(retry_max_times) is int else base.max_attempts
-        return replace(base, fifo=config.get("consumeMessageOrderly") is True, max_attempts=max_attempts)
+        return replace(base, fifo=config.consume_message_orderly, max_attempts=config.retry_max_times + 1)
 
     # -- brokers
 
-    async def _route(self, topic: str) -> Any:
-        instance = self.service.instance
-        route = instance.topic_routes.get(topic)
-        if route is None and await instance.update_topic_route_from_namesrv(topic):
-            route = instance.topic_routes.get(topic)
-        if route is None:
-            raise ProxyError(pb.Code.TOPIC_NOT_FOUND, f"No topic route info in name server for the topic: {topic}")
-        return route
-
     async def _read_broker(self, topic: str, broker_name: str) -> tuple[str, str]:
         """ReceiveMessageQueueSelector: the client's broker if it serves the topic, else a readable one."""
-        route = await self._route(topic)
+        route = await self.service.metadata.route(topic)
         masters = {bd.broker_name: bd.master_addr() for bd in route.broker_datas if bd.master_addr()}
         readable = [
             qd.broker_name
@@ -437,9 +408,10 @@ class ConsumerActivity:
     async def query_assignment(self, ctx: ProxyContext, request: Any) -> spb.QueryAssignmentResponse:
         """RouteActivity.queryAssignment: per readable broker one queue of id -1 (the broker picks the queue it
         pops), every queue for a FIFO group; the broker's endpoints are the client's own (this proxy)."""
-        topic, _ = validate_topic_and_group(request.topic, request.group)
-        route = await self._route(topic)
-        fifo = False  # our subscription groups have no consumeMessageOrderly
+        topic, group = validate_topic_and_group(request.topic, request.group)
+        route = await self.service.metadata.route(topic)
+        config = await self.service.metadata.group_config_of_topic(group, topic)
+        fifo = config is not None and config.consume_message_orderly
         masters = {bd.broker_name for bd in route.broker_datas if bd.master_addr() is not None}
         endpoints = proxy_endpoints(request.endpoints, self.config.grpcServerPort)
         assignments = []

@@ -102,6 +102,7 @@ class MessagingService:
         rpc_latency: Histograms | None = None,
     ) -> None:
         from .client import ClientManager
+        from .metadata import MetadataService
         from .producer import ProducerActivity, TransactionTable
         from .route import RouteActivity
         from .telemetry import TelemetryActivity
@@ -111,6 +112,7 @@ class MessagingService:
         self.reactor = reactor
         self.authenticator = authenticator
         self.transactions = TransactionTable(reactor)
+        self.metadata = MetadataService(self)
         self.clients = ClientManager(self)
         self.producer = ProducerActivity(self)
         self.telemetry = TelemetryActivity(self)

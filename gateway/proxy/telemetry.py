@@ -12,10 +12,16 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, ensureDeferred, succeed
 from twisted.logger import Logger
 
 from gateway.client.errors import MQClientError
+from gateway.remoting.bodies import (
+    CustomizedRetryPolicy,
+    ExponentialRetryPolicy,
+    GroupRetryPolicyType,
+    SubscriptionGroupConfig,
+)
 from gateway.remoting.message import MessageExt
 
 from .convert import ProxyError, build_message, duration, status, status_of
@@ -29,11 +35,8 @@ if TYPE_CHECKING:
 
 log = Logger()
 
-# SubscriptionGroupConfig's defaults: 16 retries, then the broker's delay levels 3 and up as the backoff.
-DEFAULT_RETRY_MAX_TIMES = 16
-DEFAULT_CUSTOMIZED_BACKOFF_MS = (
-    [1000, 5000, 10000, 30000] + [m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)] + [3_600_000, 7_200_000]
-)
+# What a group without a config of its own gets: 16 retries, the broker's delay levels 3 and up as the backoff.
+DEFAULT_GROUP_CONFIG = SubscriptionGroupConfig("")
 # What a verify-message answer's status means (buildConsumeMessageDirectlyResult).
 VERIFY_RESULTS = {
     pb.Code.OK: "CR_SUCCESS",
@@ -43,6 +46,29 @@ VERIFY_RESULTS = {
 # A relayed request (verify message, stack trace) waits this long for the client's answer.
 RELAY_TIMEOUT = 3.0
 MAX_PENDING_RELAYS = 1024
+# Settings of one stream waiting for their answer (each may wait for a broker): past this the client is flooding.
+MAX_PENDING_SETTINGS = 16
+
+
+def merge_subscription(settings: pb.Settings, group: SubscriptionGroupConfig, config: Any) -> None:
+    """GrpcClientSettingsManager.mergeSubscriptionData: the proxy's batch size and long-polling timeout, FIFO
+    from consumeMessageOrderly, retryMaxTimes + 1 attempts and the group's retry policy as the backoff."""
+    subscription = settings.subscription
+    subscription.receive_batch_size = config.grpcClientConsumerLongPollingBatchSize
+    subscription.long_polling_timeout.CopyFrom(duration(config.grpcClientConsumerMaxLongPollingTimeoutMillis))
+    subscription.fifo = group.consume_message_orderly
+    backoff = settings.backoff_policy
+    backoff.Clear()
+    backoff.max_attempts = group.retry_max_times + 1
+    policy = group.group_retry_policy
+    if policy.type == GroupRetryPolicyType.EXPONENTIAL:
+        exponential = policy.exponential_retry_policy or ExponentialRetryPolicy()
+        backoff.exponential_backoff.initial.CopyFrom(duration(exponential.initial))
+        backoff.exponential_backoff.max.CopyFrom(duration(exponential.max))
+        backoff.exponential_backoff.multiplier = exponential.multiplier
+    else:
+        customized = policy.customized_retry_policy or CustomizedRetryPolicy()
+        backoff.customized_backoff.next.extend(duration(ms) for ms in customized.next)
 
 
 class TelemetryActivity:
@@ -56,13 +82,38 @@ class TelemetryActivity:
         return [Rpc("Telemetry", Kind.BIDI_STREAM, spb.TelemetryCommand, spb.TelemetryCommand, self.telemetry)]
 
     def telemetry(self, ctx: ProxyContext, call: ServerCall) -> None:
+        # A settings answer waits for the group's config from a broker: answers leave in the order the settings
+        # came, and a half-close ends the call after them.
+        answers: Deferred[Any] = succeed(None)
+        waiting = 0
+
+        def settled(result: Any) -> Any:
+            nonlocal waiting
+            waiting -= 1
+            return result
+
+        def answer(settings: pb.Settings) -> None:
+            if not call.finished:
+                call.send(spb.TelemetryCommand(status=status(pb.Code.OK), settings=settings))
+
         def on_message(command: Any) -> None:
+            nonlocal waiting
+            if waiting >= MAX_PENDING_SETTINGS:
+                call.finish(GrpcStatus.RESOURCE_EXHAUSTED, "too many settings waiting for their answer")
+                return
             try:
-                self.on_command(ctx, call, command)
+                merged = self.on_command(ctx, call, command)
             except ProxyError as e:
                 bad_request = pb.Code.BAD_REQUEST <= e.code < pb.Code.INTERNAL_ERROR
                 grpc_status = GrpcStatus.INVALID_ARGUMENT if bad_request else GrpcStatus.INTERNAL
                 call.finish(grpc_status, f"process client telemetryCommand failed. {e.message}")
+                return
+            if merged is not None:
+                waiting += 1
+                answers.addCallback(lambda _: merged)
+                answers.addBoth(settled)
+                answers.addCallback(answer)
+                answers.addErrback(lambda f: log.failure("answering the settings of {id}", f, id=ctx.client_id))
 
         def closed(_: Any) -> None:
             client = self.service.clients.clients.get(ctx.client_id)
@@ -70,22 +121,24 @@ class TelemetryActivity:
                 client.telemetry = None
 
         call.on_message = on_message
-        call.on_half_close = call.finish
+        call.on_half_close = lambda: answers.addCallback(lambda _: call.finish())
         call.closed.addCallback(closed)
 
-    def on_command(self, ctx: ProxyContext, call: ServerCall, command: Any) -> None:
+    def on_command(self, ctx: ProxyContext, call: ServerCall, command: Any) -> Deferred[pb.Settings] | None:
+        """Handles one command from the client; settings are answered with the merged settings (a Deferred)."""
         which = command.WhichOneof("command")
         if which == "settings":
-            self.on_settings(ctx, call, command.settings)
-        elif which == "thread_stack_trace":
+            return self.on_settings(ctx, call, command.settings)
+        if which == "thread_stack_trace":
             self._answered(command.thread_stack_trace.nonce, command)
         elif which == "verify_message_result":
             self._answered(command.verify_message_result.nonce, command)
+        return None
 
-    def on_settings(self, ctx: ProxyContext, call: ServerCall, settings: Any) -> None:
+    def on_settings(self, ctx: ProxyContext, call: ServerCall, settings: Any) -> Deferred[pb.Settings] | None:
         if settings.WhichOneof("pub_sub") is None:
             call.finish(GrpcStatus.INVALID_ARGUMENT, "there is no publishing or subscription data in settings")
-            return
+            return None
         if not ctx.client_id.strip():
             raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
         try:
@@ -97,10 +150,11 @@ class TelemetryActivity:
             return
         client = self.service.clients.apply_settings(ctx, settings)
         client.telemetry = call
-        client.write(spb.TelemetryCommand(status=status(pb.Code.OK), settings=self.merged_settings(settings)))
+        return ensureDeferred(self.merged_settings(settings))
 
-    def merged_settings(self, settings: Any) -> pb.Settings:
-        """The client's settings with the server's side filled in (getClientSettings)."""
+    async def merged_settings(self, settings: Any) -> pb.Settings:
+        """The client's settings with the server's side filled in (getClientSettings): a consumer's from its
+        group's config, read from a broker of its first subscribed topic."""
         config = self.service.config
         merged = pb.Settings()
         merged.CopyFrom(settings)
@@ -115,13 +169,12 @@ class TelemetryActivity:
             merged.publishing.max_body_size = config.maxMessageSize
         else:
             subscription = merged.subscription
-            subscription.receive_batch_size = config.grpcClientConsumerLongPollingBatchSize
-            subscription.long_polling_timeout.CopyFrom(duration(config.grpcClientConsumerMaxLongPollingTimeoutMillis))
-            subscription.fifo = False
-            backoff = merged.backoff_policy
-            backoff.Clear()
-            backoff.max_attempts = DEFAULT_RETRY_MAX_TIMES + 1
-            backoff.customized_backoff.next.extend(duration(ms) for ms in DEFAULT_CUSTOMIZED_BACKOFF_MS)
+            group_config = None
+            if subscription.subscriptions:
+                group_config = await self.service.metadata.group_config_of_topic(
+                    subscription.group.name, subscription.subscriptions[0].topic.name
+                )
+            merge_subscription(merged, group_config or DEFAULT_GROUP_CONFIG, config)
         merged.metric.Clear()
         merged.metric.on = False
         return merged

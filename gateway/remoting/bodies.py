@@ -663,8 +663,111 @@ class CheckClientRequestBody:
         )
 
 
+class GroupRetryPolicyType(IntEnum):
+    EXPONENTIAL = 0
+    CUSTOMIZED = 1
+
+
+# CustomizedRetryPolicy's default steps: 1s 5s 10s 30s 1m..10m 20m 30m 1h 2h (the broker's delay levels).
+DEFAULT_RETRY_STEPS_MS = (
+    1000,
+    5000,
+    10000,
+    30000,
+    *(m * 60_000 for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 30)),
+    3_600_000,
+    7_200_000,
+)
+MAX_RETRY_STEPS = 1024  # a customized policy's steps; Apache's default has 18
+
+
+def _millis(obj: dict[str, Any], key: str, default: int) -> int:
+    """A Java ``long`` of milliseconds (or a multiplier), not negative: the SDKs would sleep a negative time."""
+    v = obj.get(key)
+    if v is None or v == "":
+        return default
+    return _whole(v, key, "long", non_negative=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ExponentialRetryPolicy:
+    """initial * multiplier^reconsumeTimes ms, at most ``max`` ms."""
+
+    initial: int = 5000
+    max: int = 7_200_000
+    multiplier: int = 2
+
+    def to_json(self) -> dict[str, Any]:
+        return {"initial": self.initial, "max": self.max, "multiplier": self.multiplier}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ExponentialRetryPolicy:
+        return cls(
+            initial=_millis(obj, "initial", 5000),
+            max=_millis(obj, "max", 7_200_000),
+            multiplier=_millis(obj, "multiplier", 2),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CustomizedRetryPolicy:
+    """The delay of each retry in ms, the last one repeated."""
+
+    next: tuple[int, ...] = DEFAULT_RETRY_STEPS_MS
+
+    def to_json(self) -> dict[str, Any]:
+        return {"next": list(self.next)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CustomizedRetryPolicy:
+        if "next" not in obj or obj["next"] is None:
+            return cls()
+        steps = _list(obj["next"], "next")
+        if len(steps) > MAX_RETRY_STEPS:
+            raise BodyError(
+                f"body field 'next': {len(steps)} steps, at most {MAX_RETRY_STEPS}", ResponseCode.INVALID_PARAMETER
+            )
+        return cls(tuple(_whole(v, "next", "long", non_negative=True) for v in steps))
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRetryPolicy:
+    """5.x SubscriptionGroupConfig.groupRetryPolicy: the backoff a 5.x consumer of the group is told to use."""
+
+    type: GroupRetryPolicyType = GroupRetryPolicyType.CUSTOMIZED
+    exponential_retry_policy: ExponentialRetryPolicy | None = None
+    customized_retry_policy: CustomizedRetryPolicy | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}  # fastjson's order; null policies are left out
+        if self.customized_retry_policy is not None:
+            out["customizedRetryPolicy"] = self.customized_retry_policy.to_json()
+        if self.exponential_retry_policy is not None:
+            out["exponentialRetryPolicy"] = self.exponential_retry_policy.to_json()
+        out["type"] = self.type.name
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> GroupRetryPolicy:
+        obj = _map(obj, "groupRetryPolicy")
+        exponential = obj.get("exponentialRetryPolicy")
+        customized = obj.get("customizedRetryPolicy")
+        return cls(
+            type=_enum(GroupRetryPolicyType, obj, "type", GroupRetryPolicyType.CUSTOMIZED),
+            exponential_retry_policy=None
+            if exponential is None
+            else ExponentialRetryPolicy.from_json(_map(exponential, "exponentialRetryPolicy")),
+            customized_retry_policy=None
+            if customized is None
+            else CustomizedRetryPolicy.from_json(_map(customized, "customizedRetryPolicy")),
+        )
+
+
 @dataclass(slots=True)
 class SubscriptionGroupConfig:
+    """A subscription group (subscriptionGroup.json, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP). The 5.x fields
+    (consumeMessageOrderly, groupRetryPolicy) are written only when set, so a 4.x group reads as 4.9.8 writes it."""
+
     group_name: str
     consume_enable: bool = True
     consume_from_min_enable: bool = True
@@ -674,23 +777,31 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    consume_message_orderly: bool = False
+    group_retry_policy: GroupRetryPolicy = field(default_factory=GroupRetryPolicy)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {  # fastjson's (alphabetical) order
             "brokerId": self.broker_id,
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
         }
+        if self.consume_message_orderly:
+            out["consumeMessageOrderly"] = True
+        out["groupName"] = self.group_name
+        if self.group_retry_policy != GroupRetryPolicy():
+            out["groupRetryPolicy"] = self.group_retry_policy.to_json()
+        out["notifyConsumerIdsChangedEnable"] = self.notify_consumer_ids_changed_enable
+        out["retryMaxTimes"] = self.retry_max_times
+        out["retryQueueNums"] = self.retry_queue_nums
+        out["whichBrokerWhenConsumeSlowly"] = self.which_broker_when_consume_slowly
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> SubscriptionGroupConfig:
         obj = _map(obj)
+        policy = obj.get("groupRetryPolicy")
         return cls(
             group_name=check_group(_str(obj, "groupName")),
             consume_enable=_bool(obj, "consumeEnable", True),
@@ -701,6 +812,8 @@ class SubscriptionGroupConfig:
             broker_id=_int64(obj, "brokerId"),
             which_broker_when_consume_slowly=_int64(obj, "whichBrokerWhenConsumeSlowly", 1),
             notify_consumer_ids_changed_enable=_bool(obj, "notifyConsumerIdsChangedEnable", True),
+            consume_message_orderly=_bool(obj, "consumeMessageOrderly", False),
+            group_retry_policy=GroupRetryPolicy() if policy is None else GroupRetryPolicy.from_json(policy),
         )
 
 

@@ -100,6 +100,12 @@ async def test_topics_messages_and_broker_tools(servers: Servers) -> None:  # no
     await admin(servers, "updateSubGroup", "-c", "DefaultCluster", "-g", group, "-r", "3")
     await wait_until(lambda: servers.broker.groups.find(group) is not None)
     assert servers.broker.groups.find(group).retry_max_times == 3
+    policy = '{"type":"CUSTOMIZED","customizedRetryPolicy":{"next":[1000,2000]}}'
+    await admin(servers, "updateSubGroup", "-b", servers.broker_addr, "-g", group, "-o", "true", "-p", policy)
+    await wait_until(lambda: servers.broker.groups.find(group).consume_message_orderly)
+    assert servers.broker.groups.find(group).group_retry_policy.customized_retry_policy.next == (1000, 2000)
+    code, _, err = await admin(servers, "updateSubGroup", "-b", servers.broker_addr, "-g", group, "-p", "{", ok=False)
+    assert code == 1 and "--groupRetryPolicy: Expecting property name enclosed in double quotes" in err
     await admin(servers, "deleteSubGroup", "-b", servers.broker_addr, "-g", group)
     await wait_until(lambda: group not in servers.broker.groups.table)
 

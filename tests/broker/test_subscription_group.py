@@ -3,6 +3,8 @@ periodically and at shutdown, kept for groups that left."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest_twisted
 
@@ -10,6 +12,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.bodies import ConsumerData, HeartbeatData, MessageModel, SubscriptionData
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import GetSubscriptionGroupConfigRequestHeader
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, pull_request, send
@@ -21,7 +24,7 @@ def heartbeat(group: str, topic: str, model: MessageModel = MessageModel.CLUSTER
     return RemotingCommand.request(RequestCode.HEART_BEAT, body=orjson.dumps(data.to_json()))
 
 
-async def update_group(broker: BrokerUnderTest, **settings: object) -> None:
+async def update_group(broker: BrokerUnderTest, **settings: Any) -> None:
     # As mqadmin updateSubGroup sends it (5.x properties included, which 4.x ignores).
     body = {"groupName": "sg", "consumeEnable": True, "retryQueueNums": 1, "groupSysFlag": 0, "attributes": {}}
     body.update(settings)
@@ -106,5 +109,50 @@ async def test_groups_and_offsets_survive_restart(make_broker) -> None:
             await sleep(0.05)
         else:
             raise AssertionError("consumer offsets were not flushed periodically")
+    finally:
+        await b.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_5x_fifo_and_retry_policy_persisted(make_broker) -> None:
+    b = make_broker()
+    b.start()
+    try:
+        policy = {"type": "EXPONENTIAL", "exponentialRetryPolicy": {"initial": 1000, "max": 60000, "multiplier": 3}}
+        await update_group(b, groupName="fifo5", consumeMessageOrderly=True, retryMaxTimes=2, groupRetryPolicy=policy)
+        await update_group(b, groupName="plain4")
+        # A negative delay would make the SDKs sleep a negative time: refused, the group unchanged.
+        bad = {"groupName": "fifo5", "groupRetryPolicy": {"customizedRetryPolicy": {"next": [1000, -1]}}}
+        resp = await b.call(
+            RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=orjson.dumps(bad))
+        )
+        assert resp.code == ResponseCode.INVALID_PARAMETER and "'next': -1 must not be negative" in resp.remark
+    finally:
+        await b.stop()
+    table = fastjson.loads((b.root / "store" / "config" / "subscriptionGroup.json").read_bytes())
+    table = table["subscriptionGroupTable"]
+    # fastjson's order, as 5.3.3 writes them; a group without 5.x settings keeps 4.9.8's fields only.
+    assert list(table["fifo5"]) == [
+        "brokerId",
+        "consumeBroadcastEnable",
+        "consumeEnable",
+        "consumeFromMinEnable",
+        "consumeMessageOrderly",
+        "groupName",
+        "groupRetryPolicy",
+        "notifyConsumerIdsChangedEnable",
+        "retryMaxTimes",
+        "retryQueueNums",
+        "whichBrokerWhenConsumeSlowly",
+    ]
+    assert table["fifo5"]["groupRetryPolicy"] == policy
+    assert "consumeMessageOrderly" not in table["plain4"] and "groupRetryPolicy" not in table["plain4"]
+    b.start()  # read back after a restart, and served to a 5.x proxy
+    try:
+        header = GetSubscriptionGroupConfigRequestHeader("fifo5")
+        resp = await b.call(RemotingCommand.request(RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG, header.encode()))
+        served = fastjson.loads(resp.body)
+        assert served["consumeMessageOrderly"] is True and served["retryMaxTimes"] == 2
+        assert served["groupRetryPolicy"]["exponentialRetryPolicy"] == policy["exponentialRetryPolicy"]
     finally:
         await b.stop()

@@ -218,6 +218,65 @@ async def test_telemetry_settings_answered_with_the_server_side(proxy: Proxy) ->
     assert heartbeat.status.code == pb.Code.OK
 
 
+async def consumer_settings(proxy: Proxy, group: str, topic: str, client_id: str) -> pb.Settings:
+    """The settings a push consumer of ``group`` is answered on its Telemetry stream."""
+    settings = pb.Settings(
+        client_type=pb.ClientType.PUSH_CONSUMER,
+        subscription=pb.Subscription(
+            group=pb.Resource(name=group),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=topic), expression=pb.FilterExpression())],
+        ),
+    )
+    fn = proxy.channel.stream_stream(
+        SERVICE + "Telemetry", spb.TelemetryCommand.SerializeToString, spb.TelemetryCommand.FromString
+    )
+
+    def sync() -> spb.TelemetryCommand:
+        stream = fn(
+            iter([spb.TelemetryCommand(settings=settings)]), timeout=5, metadata=[("x-mq-client-id", client_id)]
+        )
+        return next(stream)
+
+    answer = await deferToThread(sync)
+    assert answer.status.code == pb.Code.OK
+    return answer.settings
+
+
+@pytest_twisted.ensureDeferred
+async def test_consumer_settings_and_assignment_follow_the_group_config(proxy: Proxy) -> None:
+    topic = await proxy.topic(queues=3)
+    fifo_group, plain_group = f"ProxyFifo{next(_names)}", f"ProxyPlain{next(_names)}"
+    policy = {"type": "EXPONENTIAL", "exponentialRetryPolicy": {"initial": 2000, "max": 60000, "multiplier": 3}}
+    body = {"groupName": fifo_group, "consumeMessageOrderly": True, "retryMaxTimes": 4, "groupRetryPolicy": policy}
+    request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(body))
+    assert (await proxy.admin.client.remoting.invoke(proxy.broker_addr, request, 5)).code == ResponseCode.SUCCESS
+
+    merged = await consumer_settings(proxy, fifo_group, topic, "fifo-client")
+    assert merged.subscription.fifo
+    assert merged.backoff_policy.max_attempts == 5
+    exponential = merged.backoff_policy.exponential_backoff
+    assert (exponential.initial.ToMilliseconds(), exponential.max.ToMilliseconds()) == (2000, 60000)
+    assert exponential.multiplier == 3
+    # A group the broker made on the fly: 16 retries, the customized steps 1s 5s 10s 30s 1m ... 2h.
+    merged = await consumer_settings(proxy, plain_group, topic, "plain-client")
+    assert not merged.subscription.fifo and merged.backoff_policy.max_attempts == 17
+    steps = [d.ToMilliseconds() for d in merged.backoff_policy.customized_backoff.next]
+    assert steps[:5] == [1000, 5000, 10000, 30000, 60000] and steps[-1] == 7_200_000 and len(steps) == 18
+
+    # A FIFO group is given every queue (its order is per queue); any other group one per broker.
+    def assignment(group: str) -> Any:
+        endpoints = route_request(topic, proxy.port).endpoints
+        request = spb.QueryAssignmentRequest(
+            topic=pb.Resource(name=topic), group=pb.Resource(name=group), endpoints=endpoints
+        )
+        return proxy.call("QueryAssignment", request, spb.QueryAssignmentResponse)
+
+    answer = await assignment(fifo_group)
+    assert sorted(a.message_queue.id for a in answer.assignments) == [0, 1, 2]
+    answer = await assignment(plain_group)
+    assert [a.message_queue.id for a in answer.assignments] == [-1]
+
+
 class TelemetryClient:
     """An SDK consumer's Telemetry stream (grpcio, in a thread): settings first, then it answers the server's
     stack-trace and verify-message requests as an SDK does."""

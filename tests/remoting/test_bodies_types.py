@@ -84,6 +84,7 @@ SCALARS = [
     (SubscriptionGroupConfig, "brokerId", "broker_id", "long"),
     (SubscriptionGroupConfig, "whichBrokerWhenConsumeSlowly", "which_broker_when_consume_slowly", "long"),
     (SubscriptionGroupConfig, "notifyConsumerIdsChangedEnable", "notify_consumer_ids_changed_enable", "boolean"),
+    (SubscriptionGroupConfig, "consumeMessageOrderly", "consume_message_orderly", "boolean"),
     (TopicConfig, "readQueueNums", "read_queue_nums", "+int"),
     (TopicConfig, "writeQueueNums", "write_queue_nums", "+int"),
     (TopicConfig, "perm", "perm", "int"),

@@ -73,6 +73,12 @@ GROUP_CONFIG: Spec = {
     "brokerId": "long",
     "whichBrokerWhenConsumeSlowly": "long",
     "notifyConsumerIdsChangedEnable": "bool",
+    "consumeMessageOrderly": "bool",
+    "groupRetryPolicy": {
+        "type": "enum",
+        "exponentialRetryPolicy": {"initial": "long", "max": "long", "multiplier": "long"},
+        "customizedRetryPolicy": {"next": ("list", "long")},
+    },
 }
 LOCK_BATCH: Spec = {
     "consumerGroup": "group",

@@ -21,6 +21,7 @@ from gateway.proxy.v2 import definition_pb2 as pb
 from gateway.proxy.v2 import service_pb2 as spb
 
 QUERY_ROUTE = "/apache.rocketmq.v2.MessagingService/QueryRoute"
+TELEMETRY = "/apache.rocketmq.v2.MessagingService/Telemetry"
 
 
 @pytest.fixture(scope="module")
@@ -61,10 +62,10 @@ class H2Client:
     def flush(self) -> None:
         self.sock.sendall(self.conn.data_to_send())
 
-    def start_call(self, path: str = QUERY_ROUTE) -> int:
+    def start_call(self, path: str = QUERY_ROUTE, metadata: tuple[tuple[str, str], ...] = ()) -> int:
         sid = self.conn.get_next_available_stream_id()
         headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "x"),
-                   ("content-type", "application/grpc"), ("te", "trailers")]  # fmt: skip
+                   ("content-type", "application/grpc"), ("te", "trailers"), *metadata]  # fmt: skip
         self.conn.send_headers(sid, headers)
         self.flush()
         return sid
@@ -158,4 +159,29 @@ def test_stalled_streams_and_a_flood_of_them_leave_others_served(gateway: Gatewa
         for client in clients:
             client.close()
     assert rss_kib(gateway) - before < 50 * 1024
+    assert_served(gateway)
+
+
+def test_a_flood_of_settings_on_one_telemetry_stream_ends_that_stream(gateway: GatewayServers) -> None:
+    """Each consumer settings waits for its group's config from a broker: a client that sends settings faster than
+    they can be answered has its stream ended, not an ever longer queue of answers."""
+    client = H2Client(gateway)
+    try:
+        sid = client.start_call(TELEMETRY, (("x-mq-client-id", "settings-flood"),))
+        commands = b""
+        for i in range(64):  # each names a topic no name server knows: a lookup each
+            settings = pb.Settings(
+                client_type=pb.ClientType.PUSH_CONSUMER,
+                subscription=pb.Subscription(
+                    group=pb.Resource(name="FloodGroup"),
+                    subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name=f"FloodTopic{i}"))],
+                ),
+            )
+            commands += frame(spb.TelemetryCommand(settings=settings).SerializeToString())
+        client.send(sid, commands, end=False)
+        status, message = client.grpc_status(sid)
+        assert status == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+        assert message == "too many settings waiting for their answer"
+    finally:
+        client.close()
     assert_served(gateway)
