@@ -304,6 +304,7 @@ KEY_RULES: dict[str, Rule] = {
     # listeners
     "listenPort": _PORT,
     "grpcServerPort": _PORT,
+    "grpcMaxConnections": at_least(1),
     "haListenPort": _PORT,
     "metricsPromExporterPort": _PORT,
     # BrokerConfig

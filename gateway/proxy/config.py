@@ -20,6 +20,8 @@ class ProxyConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     grpcServerPort: int = DEFAULT_GRPC_PORT
     bindAddress: str = "0.0.0.0"
+    # Open gRPC connections at most (ours: Apache's proxy has no such bound); one more is closed at once.
+    grpcMaxConnections: int = 4096
     # PLAIN ACL: SDK signatures checked against plain_acl.yml under rocketmqHome (as the broker's aclEnable).
     aclEnable: bool = False
     rocketmqHome: str = ""
