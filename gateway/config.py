@@ -305,6 +305,14 @@ KEY_RULES: dict[str, Rule] = {
     "listenPort": _PORT,
     "grpcServerPort": _PORT,
     "grpcMaxConnections": at_least(1),
+    # ProxyConfig (gateway.proxy.config)
+    "defaultInvisibleTimeMills": _POSITIVE_MS,
+    "renewSchedulePeriodMillis": _POSITIVE_MS,
+    "renewAheadTimeMillis": at_least(0, "ms"),
+    "maxRenewRetryTimes": at_least(1),
+    "renewMaxTimeMillis": at_least(0, "ms"),
+    "invisibleTimeMillisWhenClear": at_least(0, "ms"),
+    "maxReceiptHandlesPerClient": at_least(0),
     "haListenPort": _PORT,
     "metricsPromExporterPort": _PORT,
     # BrokerConfig

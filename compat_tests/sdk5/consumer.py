@@ -1,9 +1,10 @@
 """Consume with a SimpleConsumer or a PushConsumer: {"endpoint", "topic", "group", "kind": "simple"|"push",
-"expression", "sql": bool, "send": [spec], "want": n, "retry_first": bool, "wait": seconds}.
+"expression", "sql": bool, "send": [spec], "want": n, "retry_first": bool, "wait": seconds, "hold": seconds}.
 
 The consumer starts first (a new group pops from the queues' ends), then a Producer sends ``send``. Each message is
 acknowledged, except that with ``retry_first`` a first delivery is not: a simple consumer changes its invisible
-duration to 1 s, a push consumer's listener answers FAILURE; it must come back as attempt 2. Answers
+duration to 1 s, a push consumer's listener answers FAILURE; it must come back as attempt 2. With ``hold`` a push
+consumer's listener takes that long over a first delivery (past the invisible time: the proxy renews it). Answers
 {"received": [{"body", "tag", "keys", "props", "attempt", "id"} per delivery]} once ``want`` messages were
 acknowledged, or after ``wait`` seconds.
 """
@@ -44,6 +45,8 @@ def acknowledged() -> None:
 
 class Listener(MessageListener):
     def consume(self, msg):
+        if a.get("hold") and msg.delivery_attempt == 1:
+            time.sleep(a["hold"])
         if record(msg):
             acknowledged()
             return ConsumeResult.SUCCESS
