@@ -181,7 +181,9 @@ class ReceiptHandleManager:
                 if self.in_flight >= MAX_RENEWS_IN_FLIGHT:
                     return
                 if entry.waiters is None and entry.handle.next_visible_time <= due_before:
-                    Deferred.fromCoroutine(self._renew(key, entry))
+                    Deferred.fromCoroutine(self._renew(key, entry)).addErrback(
+                        lambda f, id=entry.message_id: log.failure("renewing message {id} failed", f, id=id)
+                    )
 
     async def _renew(self, key: tuple[str, str], entry: MessageReceiptHandle) -> None:
         """startRenewMessage: renew, or (past renewMaxTimeMillis) nack with the group's retry delay."""
