@@ -3,10 +3,14 @@ endpoint of ``python -m gateway``; what it sends is read back with our 4.x Pytho
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +24,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.bodies import SubscriptionGroupConfig
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
+from gateway.remoting.extra_info import pop_retry_topic
 from gateway.remoting.message import MessageConst
 from gateway.tls import certs
 
@@ -301,3 +306,60 @@ def test_fifo_push_consumer_keeps_each_message_group_in_order(grpc_servers: Gate
         "orders-a-4",
     ], got
     assert a[3]["at"] - a[2]["at"] >= 1.8, a
+
+
+PROXY_READY = re.compile(r"rocketmq-gateway proxy ready: gRPC on (\S+),")
+
+
+@contextlib.contextmanager
+def standalone_proxy(servers: GatewayServers, tmp_path: Path, settings: dict[str, str]) -> Iterator[str]:
+    """``python -m gateway.proxy -c proxy.properties`` in front of ``servers``; yields its gRPC endpoint."""
+    conf = tmp_path / "proxy.properties"
+    lines = {"namesrvAddr": servers.namesrv_addr, "grpcServerPort": "0", "bindAddress": "127.0.0.1", **settings}
+    conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    argv = [sys.executable, "-m", "gateway.proxy", "-c", str(conf)]
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if m := PROXY_READY.search(line):
+                    break
+            else:
+                raise AssertionError("the proxy did not start")
+            # Its output is read no further: keep the pipe from filling.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            yield m.group(1)
+        finally:
+            proc.terminate()
+            proc.wait(20)
+
+
+def test_push_consumer_listener_longer_than_the_invisible_time_is_not_redelivered(
+    grpc_servers: GatewayServers, tmp_path: Path
+) -> None:
+    """A PushConsumer asks for auto renew: the proxy pops for defaultInvisibleTimeMills (3 s here) and renews the
+    message while the listener takes 7 s over it; the ack then uses the renewed handle, so nothing is left in
+    flight, nothing is revived and there is no second delivery."""
+    topic = topic_on(grpc_servers, "Sdk5Renew")
+    group = f"Sdk5G{next(_names)}"
+    renew = {"defaultInvisibleTimeMills": "3000", "renewAheadTimeMillis": "2000", "renewSchedulePeriodMillis": "300"}
+    with standalone_proxy(grpc_servers, tmp_path, renew) as endpoint:
+        out = run_scenario(
+            "consumer",
+            {"endpoint": endpoint, "topic": topic, "group": group, "kind": "push", "send": [{"body": "slow"}],
+             "want": 1, "slow": {"slow": 7}, "wait": 20},
+            timeout=60,
+        )  # fmt: skip
+    assert [(m["body"], m["attempt"]) for m in out["received"]] == [("slow", 1)], out
+    stats = call(
+        grpc_servers.broker_addr,
+        RemotingCommand.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic}),
+    )
+    assert stats.code == 0 and b"popInflight" not in stats.body, stats.body
+    # Nothing came back to be redelivered: the pop retry topic holds nothing (or was never made).
+    retry = pop_retry_topic(topic, group)
+    revived = call(
+        grpc_servers.broker_addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": retry, "queueId": "0"})
+    )
+    assert revived.code != 0 or revived.ext_fields["offset"] == "0", revived.ext_fields

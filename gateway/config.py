@@ -290,9 +290,10 @@ _POSITIVE_MS = at_least(1, "ms")
 _PERCENT = between(0, 100, "percent")
 _FRACTION = between(0.0, 1.0)
 
-# Every enumerated or ranged key of broker.conf, namesrv.properties and controller.properties, whichever config
-# declares it: a value from a file, the command line or a remote update outside these stops with the key, the
-# source and what is allowed. Java ignores such values silently (the setter throws, properties2Object drops it).
+# Every enumerated or ranged key of broker.conf, namesrv.properties, controller.properties and proxy.properties,
+# whichever config declares it: a value from a file, the command line or a remote update outside these stops with
+# the key, the source and what is allowed. Java ignores such values silently (the setter throws, properties2Object
+# drops it).
 KEY_RULES: dict[str, Rule] = {
     # enumerated
     "brokerRole": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
@@ -304,6 +305,15 @@ KEY_RULES: dict[str, Rule] = {
     # listeners
     "listenPort": _PORT,
     "grpcServerPort": _PORT,
+    "grpcMaxConnections": at_least(1),
+    # ProxyConfig (gateway.proxy.config)
+    "defaultInvisibleTimeMills": _POSITIVE_MS,
+    "renewSchedulePeriodMillis": _POSITIVE_MS,
+    "renewAheadTimeMillis": at_least(0, "ms"),
+    "maxRenewRetryTimes": at_least(1),
+    "renewMaxTimeMillis": at_least(0, "ms"),
+    "invisibleTimeMillisWhenClear": at_least(0, "ms"),
+    "maxReceiptHandlesPerClient": at_least(0),
     "haListenPort": _PORT,
     "metricsPromExporterPort": _PORT,
     # BrokerConfig

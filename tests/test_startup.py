@@ -30,6 +30,7 @@ from gateway.broker.config import BrokerConfig, load_broker_config
 from gateway.config import KEY_RULES, ConfigError, UpdateRefused, remote_update
 from gateway.controller.config import ControllerConfig, load_controller_config
 from gateway.namesrv.config import NamesrvConfig, load_namesrv_config
+from gateway.proxy.config import ProxyConfig
 from gateway.remoting.codec import FrameDecoder, encode
 from gateway.remoting.codes import ResponseCode
 from gateway.store.config import StoreConfig
@@ -110,7 +111,7 @@ def test_namesrv_and_controller_files_and_remote_updates_are_checked_too(tmp_pat
 
 
 def test_every_rule_is_for_a_key_we_have_and_every_default_is_allowed() -> None:
-    configs = (BrokerConfig(), StoreConfig(), NamesrvConfig(), ControllerConfig())
+    configs = (BrokerConfig(), StoreConfig(), NamesrvConfig(), ControllerConfig(), ProxyConfig())
     declared = {f.name: getattr(c, f.name) for c in configs for f in fields(c)}
     assert set(KEY_RULES) <= set(declared)
     for c in configs:

@@ -39,6 +39,7 @@ class BrokerConfig:
     # The RocketMQ 5 gRPC endpoint in this process (gateway.proxy), on Apache's proxy port by default.
     enableGrpcServer: bool = False
     grpcServerPort: int = 8081
+    grpcMaxConnections: int = 4096  # see gateway.proxy.config
     # RocketMQ 5's pull exporter: PROM serves /metrics (gateway.broker.metrics); DISABLE (default) serves nothing.
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""  # default: bindAddress

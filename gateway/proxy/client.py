@@ -190,6 +190,11 @@ class ClientManager:
         if group is not None and not in_use and self.consumers.pop(group, None) is not None:
             self.service.instance.consumers.pop(group, None)
 
+    def consumes_as(self, client_id: str, group: str) -> bool:
+        """Whether the client is known and consumes as ``group`` (ConsumerManager.findChannel)."""
+        client = self.clients.get(client_id)
+        return client is not None and client.consumer_group == group
+
     def members(self, producer_group: str) -> Iterable[GrpcClient]:
         return (c for c in self.clients.values() if producer_group in c.producer_groups)
 

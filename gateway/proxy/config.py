@@ -20,6 +20,8 @@ class ProxyConfig:
     namesrvAddr: str = "127.0.0.1:9876"
     grpcServerPort: int = DEFAULT_GRPC_PORT
     bindAddress: str = "0.0.0.0"
+    # Open gRPC connections at most (ours: Apache's proxy has no such bound); one more is closed at once.
+    grpcMaxConnections: int = 4096
     # PLAIN ACL: SDK signatures checked against plain_acl.yml under rocketmqHome (as the broker's aclEnable).
     aclEnable: bool = False
     rocketmqHome: str = ""
@@ -52,6 +54,15 @@ class ProxyConfig:
     defaultInvisibleTimeMills: int = 60_000
     minInvisibleTimeMillsForRecv: int = 10_000
     maxInvisibleTimeMills: int = 12 * 3600 * 1000
+    # Auto renew (gateway.proxy.renew): scan period, how long before its time a message is renewed, renew
+    # attempts that failed in a row before giving up, how long a message is renewed at most, when a gone
+    # client's messages come back; and (ours) how many messages one client may hold renewed.
+    renewSchedulePeriodMillis: int = 5000
+    renewAheadTimeMillis: int = 10_000
+    maxRenewRetryTimes: int = 3
+    renewMaxTimeMillis: int = 3 * 3600 * 1000
+    invisibleTimeMillisWhenClear: int = 1000
+    maxReceiptHandlesPerClient: int = 10_000
     # A client seen neither by a call nor on its telemetry stream for this long is forgotten (channelExpiredTimeout).
     channelExpiredTimeout: int = 120000
     # Who the proxy is in its metrics, and RocketMQ 5's pull exporter: PROM serves /metrics (gateway.proxy.metrics).

@@ -29,6 +29,7 @@ from gateway.remoting.message import MessageExt
 from .convert import POP_CK, RESPONSE_CODES, ProxyError, build_message, status, status_of
 from .grpc import Kind, ServerCall
 from .receipt_handle import InvalidReceiptHandle, ReceiptHandle, create_handle
+from .renew import ReceiptHandleManager
 from .route import permission, proxy_endpoints
 from .service import ProxyContext, Rpc
 from .telemetry import DEFAULT_GROUP_CONFIG
@@ -148,6 +149,10 @@ class ConsumerActivity:
 
     def __init__(self, service: MessagingService) -> None:
         self.service = service
+        # What push consumers hold, renewed until they ack it (ReceiptHandleProcessor).
+        self.receipt_handles = ReceiptHandleManager(
+            service.config, service.reactor, self._change_invisible_time, service.clients.consumes_as
+        )
 
     def rpcs(self) -> list[Rpc]:
         return [
@@ -157,6 +162,12 @@ class ConsumerActivity:
             Rpc.of("ForwardMessageToDeadLetterQueue", Kind.UNARY, self.forward_message_to_dead_letter_queue),
             Rpc.of("QueryAssignment", Kind.UNARY, self.query_assignment),
         ]
+
+    def start(self) -> None:
+        self.receipt_handles.start()
+
+    def stop(self) -> Any:
+        return self.receipt_handles.stop()
 
     @property
     def config(self) -> ProxyConfig:
@@ -216,6 +227,8 @@ class ConsumerActivity:
             responses = [spb.ReceiveMessageResponse(status=status_of(e))]
         if call.finished:  # the client went away: what was popped comes back after its invisible time
             return
+        if self.config.enableProxyAutoRenew and request.auto_renew:
+            self._hold(ctx, request.group.name, responses)
         for response in responses:
             call.send(response)
         delivered = spb.ReceiveMessageResponse()
@@ -269,6 +282,24 @@ class ConsumerActivity:
             spb.ReceiveMessageResponse(message=build_message(m, now)) for m in kept
         ]
 
+    def _hold(self, ctx: ProxyContext, group: str, responses: list[Any]) -> None:
+        """ReceiveMessageActivity: the messages a push consumer got are renewed until it acks them."""
+        for response in responses:
+            if response.HasField("message"):
+                msg, props = response.message, response.message.system_properties
+                try:
+                    handle = ReceiptHandle.decode(props.receipt_handle)
+                except InvalidReceiptHandle:
+                    continue  # logged when popped; it comes back after its invisible time
+                retries = props.delivery_attempt - 1
+                self.receipt_handles.add(ctx.client_id, group, msg.topic.name, props.message_id, handle, retries)
+
+    async def _latest_handle(
+        self, ctx: ProxyContext, group: str, message_id: str, receipt_handle: str
+    ) -> ReceiptHandle:
+        """The client's handle checked, or the latest one of the message when the proxy renews it."""
+        return await self.receipt_handles.remove(ctx.client_id, group, message_id, decode_handle(receipt_handle))
+
     async def _sift(
         self, messages: list[MessageExt], sub: SubscriptionData, group: str, topic: str, max_attempts: int
     ) -> list[MessageExt]:
@@ -311,7 +342,7 @@ class ConsumerActivity:
         """AckMessageActivity.ackMessageOneByOne: a status per entry; the response's is their common code, or
         MULTIPLE_RESULTS."""
         topic, group = validate_topic_and_group(request.topic, request.group)
-        entries = [await self._ack_entry(entry, group, topic) for entry in request.entries]
+        entries = [await self._ack_entry(ctx, entry, group, topic) for entry in request.entries]
         codes = {entry.status.code for entry in entries}
         if len(codes) > 1:
             overall = status(pb.Code.MULTIPLE_RESULTS)
@@ -321,9 +352,10 @@ class ConsumerActivity:
             overall = status(pb.Code.INTERNAL_SERVER_ERROR, "ack message result is empty")
         return spb.AckMessageResponse(status=overall, entries=entries)
 
-    async def _ack_entry(self, entry: Any, group: str, topic: str) -> spb.AckMessageResultEntry:
+    async def _ack_entry(self, ctx: ProxyContext, entry: Any, group: str, topic: str) -> spb.AckMessageResultEntry:
         try:
-            await self._ack(decode_handle(entry.receipt_handle), group, topic)
+            handle = await self._latest_handle(ctx, group, entry.message_id, entry.receipt_handle)
+            await self._ack(handle, group, topic)
             result = status(pb.Code.OK)
         except Exception as e:  # each entry gets its own status
             result = status_of(e)
@@ -349,7 +381,14 @@ class ConsumerActivity:
         topic, group = validate_topic_and_group(request.topic, request.group)
         invisible_ms = duration_ms(request.invisible_duration)
         validate_invisible_time(invisible_ms, 0, self.config)
-        handle = decode_handle(request.receipt_handle)
+        handle = await self._latest_handle(ctx, group, request.message_id, request.receipt_handle)
+        new = await self._change_invisible_time(handle, group, topic, invisible_ms)
+        return spb.ChangeInvisibleDurationResponse(status=status(pb.Code.OK), receipt_handle=new.handle)
+
+    async def _change_invisible_time(
+        self, handle: ReceiptHandle, group: str, topic: str, invisible_ms: int
+    ) -> ReceiptHandle:
+        """ConsumerProcessor.changeInvisibleTime: the message's new handle."""
         self._check_not_expired(handle)
         addr = await self._handle_addr(handle, topic)
         answer = await self.service.instance.api.change_invisible_time(addr, group, topic, handle.handle, invisible_ms)
@@ -364,9 +403,7 @@ class ConsumerActivity:
             handle.queue_id,
             handle.offset,
         )
-        return spb.ChangeInvisibleDurationResponse(
-            status=status(pb.Code.OK), receipt_handle=create_handle(extra, handle.commit_log_offset)
-        )
+        return ReceiptHandle.decode(create_handle(extra, handle.commit_log_offset))
 
     # -- ForwardMessageToDeadLetterQueue
 
@@ -375,7 +412,7 @@ class ConsumerActivity:
     ) -> spb.ForwardMessageToDeadLetterQueueResponse:
         """ForwardMessageToDLQActivity: the broker's send-back with no attempts left puts it in %DLQ%group."""
         topic, group = validate_topic_and_group(request.topic, request.group)
-        handle = decode_handle(request.receipt_handle)
+        handle = await self._latest_handle(ctx, group, request.message_id, request.receipt_handle)
         code, remark = await self._forward_to_dlq(handle, request.message_id, group, topic)
         return spb.ForwardMessageToDeadLetterQueueResponse(
             status=pb.Status(code=RESPONSE_CODES.get(code, pb.Code.INTERNAL_SERVER_ERROR), message=remark or str(code))

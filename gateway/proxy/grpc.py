@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from h2.config import H2Configuration
-from h2.connection import H2Connection
+from h2.connection import ConnectionState, H2Connection
 from h2.errors import ErrorCodes
 from h2.events import (
     ConnectionTerminated,
@@ -45,6 +45,9 @@ MAX_INBOUND_MESSAGE_SIZE = 130 * 1024 * 1024
 MAX_BUFFERED_PER_CONNECTION = 2 * MAX_INBOUND_MESSAGE_SIZE
 # Streams a client may open at once on one connection.
 MAX_CONCURRENT_STREAMS = 1000
+# HTTP/2's frame header (length, type, flags, stream) and the client's connection preface before the first frame.
+FRAME_HEADER_SIZE = 9
+PREFACE_SIZE = len(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 
 
@@ -97,6 +100,38 @@ def parse_timeout(value: str | None) -> float | None:
     if not value or len(value) > 9 or value[-1] not in TIMEOUT_UNITS or not value[:-1].isdigit():
         return None
     return int(value[:-1]) * TIMEOUT_UNITS[value[-1]]
+
+
+class FrameLengthGuard:
+    """Follows the frame headers in what a client sends, so that a frame longer than we allow is refused at its
+    header: h2 checks the length only once the whole frame (up to 16 MiB) is buffered."""
+
+    __slots__ = ("_header", "_skip")
+
+    def __init__(self) -> None:
+        self._skip = PREFACE_SIZE  # bytes still to pass over: the preface, then each frame's payload
+        self._header = b""
+
+    def overlong(self, data: bytes, limit: int) -> int | None:
+        """The declared length of the first frame longer than ``limit`` whose header ``data`` completes."""
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._skip:
+                step = min(self._skip, end - pos)
+                pos += step
+                self._skip -= step
+                continue
+            need = FRAME_HEADER_SIZE - len(self._header)
+            self._header += data[pos : pos + need]
+            pos += need
+            if len(self._header) < FRAME_HEADER_SIZE:
+                break
+            length = int.from_bytes(self._header[:3], "big")
+            self._header = b""
+            if length > limit:
+                return length
+            self._skip = length
+        return None
 
 
 class ServerCall:
@@ -227,6 +262,7 @@ class GrpcProtocol(Protocol):
         self.conn = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
         self.calls: dict[int, ServerCall] = {}
         self.buffered = 0  # bytes of unfinished request messages, all calls together
+        self.frames = FrameLengthGuard()
 
     def connectionMade(self) -> None:
         self.factory.connections.add(self)
@@ -246,6 +282,16 @@ class GrpcProtocol(Protocol):
             self.transport.write(data)
 
     def dataReceived(self, data: bytes) -> None:
+        if self.conn.state_machine.state is ConnectionState.CLOSED:
+            return  # what arrives after we closed the connection
+        length = self.frames.overlong(data, self.conn.max_inbound_frame_size)
+        if length is not None:
+            # RFC 9113 4.2: a frame over SETTINGS_MAX_FRAME_SIZE is a connection error of type FRAME_SIZE_ERROR.
+            log.debug("HTTP/2 frame of {length} bytes from {peer}: too long", length=length, peer=self.peer)
+            self.conn.close_connection(ErrorCodes.FRAME_SIZE_ERROR)
+            self._write()
+            self.transport.loseConnection()
+            return
         try:
             events = self.conn.receive_data(data)
         except H2Error as e:

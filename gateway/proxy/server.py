@@ -8,6 +8,8 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import maybeDeferred
+from twisted.logger import Logger
+from twisted.protocols.policies import ProtocolWrapper, WrappingFactory
 
 from gateway.acl.plain_permission_manager import PlainPermissionManager
 from gateway.client.instance import ClientInstance
@@ -20,6 +22,8 @@ from .config import ProxyConfig, parse_credentials
 from .service import MessagingService
 
 H2 = b"h2"
+
+log = Logger()
 
 
 class GrpcTlsServer(TlsServer):
@@ -36,6 +40,31 @@ def _select_h2(connection: Any, offered: list[bytes]) -> bytes:
     from OpenSSL import SSL
 
     return H2 if H2 in offered else SSL.NO_OVERLAPPING_PROTOCOLS
+
+
+class ConnectionLimit(WrappingFactory):
+    """Closes a connection beyond ``limit`` open ones as soon as it is accepted (TLS or not, before any byte);
+    warns once per burst of such refusals."""
+
+    noisy = False
+
+    def __init__(self, wrapped: Any, limit: int) -> None:
+        super().__init__(wrapped)
+        self.limit = limit
+        self.refusing = False
+
+    def buildProtocol(self, addr: Any) -> ProtocolWrapper | None:
+        if len(self.protocols) >= self.limit:
+            if not self.refusing:
+                self.refusing = True
+                log.warn(
+                    "gRPC port at grpcMaxConnections={limit} open connections: closing new ones (first: {addr})",
+                    limit=self.limit,
+                    addr=f"{getattr(addr, 'host', '?')}:{getattr(addr, 'port', 0)}",
+                )
+            return None
+        self.refusing = False
+        return super().buildProtocol(addr)
 
 
 class ProxyServer(Service):
@@ -79,7 +108,7 @@ class ProxyServer(Service):
             manager = PlainPermissionManager.for_server(self.config.rocketmqHome, self.system_properties, self.reactor)
             authenticator = AclAuthenticator(manager)
         service = MessagingService(self.config, instance, self.reactor, authenticator, self.rpc_latency)
-        factory = self.tls.wrap(service.factory())
+        factory = ConnectionLimit(self.tls.wrap(service.factory()), self.config.grpcMaxConnections)
         self.port = self.reactor.listenTCP(self.config.grpcServerPort, factory, interface=self.config.bindAddress)
         # QueryRoute answers with our port: the real one when the system chose it.
         self.config.grpcServerPort = self.port.getHost().port
@@ -134,6 +163,7 @@ def broker_proxy(
         namesrvAddr=broker_config.namesrvAddr,
         grpcServerPort=broker_config.grpcServerPort,
         bindAddress=broker_config.bindAddress,
+        grpcMaxConnections=broker_config.grpcMaxConnections,
         aclEnable=broker_config.aclEnable,
         rocketmqHome=broker_config.rocketmqHome,
     )

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from twisted.internet.defer import maybeDeferred
+from twisted.internet.defer import DeferredList, maybeDeferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -131,11 +131,14 @@ class MessagingService:
 
     def start(self) -> None:
         self.instance.start()
-        self.clients.start()
+        for activity in self.activities:
+            if hasattr(activity, "start"):
+                activity.start()
 
     def stop(self) -> Any:
-        self.clients.stop()
-        return self.instance.shutdown()
+        """Stop the activities (what they still send to brokers goes first), then the remoting client."""
+        stopping = [maybeDeferred(activity.stop) for activity in self.activities if hasattr(activity, "stop")]
+        return DeferredList(stopping, consumeErrors=True).addCallback(lambda _: self.instance.shutdown())
 
     def now_ms(self) -> int:
         return int(self.reactor.seconds() * 1000)

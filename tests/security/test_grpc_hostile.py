@@ -4,6 +4,7 @@ most; the process's memory stays bounded and other clients are served throughout
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import grpc
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import pytest
 
@@ -185,3 +187,85 @@ def test_a_flood_of_settings_on_one_telemetry_stream_ends_that_stream(gateway: G
     finally:
         client.close()
     assert_served(gateway)
+
+
+def test_an_overlong_frame_is_refused_at_its_header(gateway: GatewayServers) -> None:
+    """A frame over our SETTINGS_MAX_FRAME_SIZE (16 KiB) ends its connection with FRAME_SIZE_ERROR as soon as
+    its 9-byte header is in, not once up to 16 MiB of it has been buffered."""
+    client = H2Client(gateway)
+    try:
+        sid = client.start_call()
+        # A DATA frame declaring 1 MiB, of which only 100 bytes come: the server must not wait for the rest.
+        client.sock.sendall(struct.pack(">I", 1 << 20)[1:] + struct.pack(">BBI", 0, 0, sid) + b"z" * 100)
+        error = None
+        deadline = time.monotonic() + 10
+        while error is None and time.monotonic() < deadline:
+            data = client.sock.recv(65536)
+            if not data:
+                break
+            for event in client.conn.receive_data(data):
+                if isinstance(event, h2.events.ConnectionTerminated):
+                    error = event.error_code
+        assert error == h2.errors.ErrorCodes.FRAME_SIZE_ERROR
+        assert client.sock.recv(65536) == b""  # and closed
+    finally:
+        client.close()
+    assert_served(gateway)
+
+
+def test_many_overlong_frames_do_not_take_the_memory(gateway: GatewayServers) -> None:
+    before = rss_kib(gateway)
+    socks = []
+    try:
+        for _ in range(40):
+            sock = socket.create_connection(("127.0.0.1", gateway.grpc_port), timeout=10)
+            socks.append(sock)
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            # A DATA frame declaring almost 16 MiB, then 2 MiB of it (refused long before).
+            sock.sendall(b"\xff\xff\xff\x00\x00\x00\x00\x00\x01")
+            with contextlib.suppress(OSError):  # the server may have closed it already
+                sock.sendall(b"w" * (2 << 20))
+        assert_served(gateway)
+    finally:
+        for sock in socks:
+            sock.close()
+    # 40 x 2 MiB would have been buffered before.
+    assert rss_kib(gateway) - before < 20 * 1024
+    assert_served(gateway)
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(tmp_path: Path) -> None:
+    servers = GatewayServers(tmp_path, {"grpcServerPort": str(free_port()), "grpcMaxConnections": "4"}).start()
+    clients: list[H2Client] = []
+    try:
+        servers.create_topic("HostileT", 2)
+        clients = [H2Client(servers) for _ in range(4)]
+        for _ in range(3):  # a burst of three refused connections
+            with (
+                socket.create_connection(("127.0.0.1", servers.grpc_port), timeout=10) as extra,
+                contextlib.suppress(ConnectionResetError),
+            ):
+                assert extra.recv(65536) == b"", "a connection beyond grpcMaxConnections was served"
+        # The connections within the limit are still served.
+        request = spb.QueryRouteRequest(topic=pb.Resource(name="HostileT"))
+        request.endpoints.addresses.add(host="127.0.0.1", port=servers.grpc_port)
+        sid = clients[0].start_call()
+        clients[0].send(sid, frame(request.SerializeToString()), end=True)
+        assert clients[0].grpc_status(sid)[0] == "0"
+        # One goes away: a new client is served again.
+        clients.pop().close()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert_served(servers)
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        warnings = [line for line in servers.output if "grpcMaxConnections=4" in line]
+        assert len(warnings) == 1, warnings
+    finally:
+        for client in clients:
+            client.close()
+        servers.stop()

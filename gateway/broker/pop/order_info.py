@@ -258,6 +258,15 @@ class ConsumerOrderInfoManager:
         self._schedule_lock_free(topic, group, queue_id, info)
         return info.next_offset()
 
+    def clear_block(self, topic: str, group: str, queue_id: int) -> None:
+        """Forget the queue's last batch (its offset was reset): the next orderly pop is not held by it."""
+        queues = self.table.get(f"{topic}@{group}")
+        if queues is not None and queues.pop(queue_id, None) is not None:
+            self._dirty = True
+        call = self._lock_free_calls.pop((topic, group, queue_id), None)
+        if call is not None and call.active():
+            call.cancel()
+
     def update_next_visible_time(
         self, topic: str, group: str, queue_id: int, queue_offset: int, pop_time: int, next_visible_time: int
     ) -> None:

@@ -103,6 +103,12 @@ class PopService:
             log.error("pop: {what} not stored: {status}", what=what, status=result.status.name)
         return result.ok
 
+    def offset_reset(self, topic: str, group: str, queue_id: int) -> None:
+        """The group's offset of the queue was reset: what it had in flight no longer counts and its orderly batch
+        no longer holds the queue (PopInflightMessageCounter.clearInFlightMessageNum, clearBlock)."""
+        self.inflight.clear(topic, group, queue_id)
+        self.broker.order_info.clear_block(topic, group, queue_id)
+
     def add_retry_topic_if_not_exist(self, topic: str, group: str) -> None:
         """A pop retry topic has one queue; the group starts reading it at 0 (initPopRetryOffset)."""
         if self.broker.topics.select(topic) is not None:

@@ -50,8 +50,8 @@ class BrokerToClientProcessor:
         }
 
     def reset_offset(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
-        """Move a group's offsets on one topic to a time (-1: the queue ends), and tell each online member
-        with RESET_CONSUMER_CLIENT_OFFSET; without ``isForce`` an offset only moves back."""
+        """Move a group's offsets on one topic to a time (-1: the queue ends), here and in each online member
+        (RESET_CONSUMER_CLIENT_OFFSET); without ``isForce`` an offset only moves back."""
         broker = self.broker
         h = ResetOffsetRequestHeader.decode(request.ext_fields)
         log.info(
@@ -109,6 +109,11 @@ class BrokerToClientProcessor:
                 group=h.group,
                 client=info.client_id,
             )
+        # Server side too (5.x's useServerSideResetOffset): POP consumers keep no offsets of their own, and their
+        # pops in flight and orderly batches go with the old offsets.
+        for mq, offset in table.items():
+            broker.offsets.commit_offset(h.group, h.topic, mq.queue_id, offset)
+            broker.pop.offset_reset(h.topic, h.group, mq.queue_id)
         return request.response(body=body)
 
     def get_consumer_status(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:

@@ -76,5 +76,9 @@ class ConsumerManageProcessor:
             return request.response(
                 ResponseCode.INVALID_PARAMETER, f"QueueId {header.queue_id} is invalid, topic is {header.topic}"
             )
-        broker.offsets.commit_offset(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
+        group, topic, queue_id = header.consumer_group, header.topic, header.queue_id
+        if broker.offsets.query_offset(group, topic, queue_id) != header.commit_offset:
+            # An admin's reset (mqadmin's fallback while the group is offline) also resets the group's pops.
+            broker.pop.offset_reset(topic, group, queue_id)
+        broker.offsets.commit_offset(group, topic, queue_id, header.commit_offset)
         return request.response(ResponseCode.SUCCESS)

@@ -24,7 +24,7 @@ from gateway.remoting.headers import PopMessageRequestHeader, PopMessageResponse
 from gateway.remoting.message import RecordError, decode_record, encode_record, properties_to_string
 from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import GetMessageResult, GetMessageStatus
-from gateway.store.commit_log import now_ms
+from gateway.store.commit_log import MAX_TOPIC_LENGTH, now_ms
 
 from ..consumer_filter import filter_by_properties
 from ..inner import packed_host
@@ -120,6 +120,16 @@ class PopMessageProcessor:
         if isinstance(checked, RemotingCommand):
             return checked
         tc = checked
+        retry = pop_retry_topic(header.topic, header.consumer_group)
+        if not header.order and len(retry) > MAX_TOPIC_LENGTH:
+            # Apache stores such a name in a v2 record; ours holds v1 records only, and a message popped now
+            # could not be revived into it. Orderly pops come back from their own queue.
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"the pop retry topic of group {header.consumer_group} and topic {header.topic} would be "
+                f"{len(retry)} characters, longer than the {MAX_TOPIC_LENGTH} this broker stores: use a shorter "
+                "group or topic name, or orderly pops",
+            )
         expression: Expression | None = None
         sub = None
         if header.exp:
