@@ -58,3 +58,13 @@ def test_scale_out_runs_one_and_two_broker_processes(tmp_path: Path) -> None:
     assert [row["brokers"] for row in results["1"] + results["2"]] == [1, 2]
     assert all(row["rate"] > 0 and not row["errors"] for row in results["1"] + results["2"])
     assert "16 queues" in run.stdout  # the topic is on both brokers: the generator sent to all 16 queues
+
+
+def test_sdk5_runs_both_paths_and_receives_every_message() -> None:
+    argv = [sys.executable, "-m", "benchmarks.sdk5", "--messages", "40", "--threads", "2", "--batch", "8"]
+    run = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "every message received on both paths: yes" in run.stdout
+    rows = [json.loads(line) for line in run.stderr.splitlines() if line.startswith("{")]
+    assert sorted(r["path"] for r in rows) == ["grpc", "remoting"]
+    assert all(r["send_rate"] > 0 and r["receive_rate"] > 0 and r["server_send_cpu_us"] > 0 for r in rows), rows

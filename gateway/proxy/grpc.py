@@ -36,6 +36,8 @@ from twisted.internet.protocol import Factory, Protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from gateway.remoting.direct import set_no_delay
+
 log = Logger()
 
 PREFIX = struct.Struct(">BI")
@@ -266,6 +268,7 @@ class GrpcProtocol(Protocol):
 
     def connectionMade(self) -> None:
         self.factory.connections.add(self)
+        set_no_delay(self.transport)  # as gRPC servers do: a small response must not wait for the last one's ACK
         self.conn.initiate_connection()
         self.conn.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: MAX_CONCURRENT_STREAMS})
         self._write()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,6 +61,22 @@ def channel() -> Iterator[grpc.Channel]:
 def unary(ch: grpc.Channel, name: str, request: pb.Status, **kwargs: Any) -> Deferred[Any]:
     fn = ch.unary_unary(f"/t.T/{name}", pb.Status.SerializeToString, pb.Status.FromString)
     return deferToThread(fn, request, timeout=5, **kwargs)
+
+
+@pytest_twisted.ensureDeferred
+async def test_connections_send_small_frames_at_once() -> None:
+    """TCP_NODELAY, as gRPC servers set it: without it a response waits for the peer's delayed ACK of the one
+    before (40 ms on Linux), which held a 5.x SDK's sync sends and acks to ~25 a second."""
+    factory = GrpcServerFactory(METHODS)
+    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+    ch = grpc.insecure_channel(f"127.0.0.1:{port.getHost().port}")
+    try:
+        assert (await unary(ch, "Echo", pb.Status(code=1))).code == 1
+        (conn,) = factory.connections
+        assert conn.transport.getHandle().getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+    finally:
+        ch.close()
+        await port.stopListening()
 
 
 async def rpc_error(d: Deferred[Any]) -> grpc.RpcError:
