@@ -1,0 +1,133 @@
+"""Compatibility tests: Apache RocketMQ 5.x's Java remoting client in POP mode against our servers.
+
+The programs in compat_tests/java5/ use only the client's public API: a DefaultMQPushConsumer with
+``setClientRebalance(false)`` asks the broker for its queues (QUERY_ASSIGNMENT) and, once the group's request
+mode is POP (SET_MESSAGE_REQUEST_MODE through DefaultMQAdminExt, what ``mqadmin setConsumeMode -m POP`` does),
+pops, acks, and on a listener failure changes the message's invisible time so it comes back later.
+
+The 5.x client is in no package registry: ROCKETMQ5_JAVA_CLASSPATH (colon separated) names its jars.
+"""
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gateway.client import blocking, build_message
+
+from .servers import jdk_tool
+
+CLASSPATH_ENV = "ROCKETMQ5_JAVA_CLASSPATH"
+JAVA_CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
+
+if not JAVA_CLASSPATH:
+    pytest.skip(
+        "RocketMQ 5.x Java client not given: set ROCKETMQ5_JAVA_CLASSPATH to its jars",
+        allow_module_level=True,
+    )
+
+pytestmark = pytest.mark.compat
+
+JAVA_DIR = Path(__file__).resolve().parent / "java5"
+PROGRAM_TIMEOUT = 60  # seconds, enforced by the Java program itself (exit 3)
+SUBPROCESS_SLACK = 30
+COMPILE_TIMEOUT = 180
+# The client's first pop retry delay (DefaultMQPushConsumerImpl.popDelayLevel[0]): a failed message's new
+# invisible time.
+FIRST_RETRY_DELAY_MS = 10_000
+
+
+@pytest.fixture(scope="module")
+def java5(tmp_path_factory):
+    """Compile the programs once per module; return the runtime classpath."""
+    out = tmp_path_factory.mktemp("java5-classes")
+    sources = sorted(str(p) for p in JAVA_DIR.glob("*.java"))
+    assert sources, f"no Java sources in {JAVA_DIR}"
+    try:
+        javac = jdk_tool("javac")
+    except FileNotFoundError as e:
+        pytest.fail(f"{CLASSPATH_ENV} is set but {e}")
+    cmd = [javac, "-encoding", "UTF-8", "-nowarn", "-d", str(out), "-cp", JAVA_CLASSPATH, *sources]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
+    assert proc.returncode == 0, f"javac failed:\n{proc.stdout}\n{proc.stderr}"
+    return str(out) + os.pathsep + JAVA_CLASSPATH
+
+
+def _unique(prefix):
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def run(classpath, tmp_path, command, servers, topic, group, *extra):
+    """Run ``Pop5Main command``; return its stdout lines, failing the test with its output if it failed."""
+    log_dir = tmp_path / f"logs-{command}-{group}"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [jdk_tool("java"), "-Xmx256m", "-cp", classpath, "Pop5Main", command]
+    cmd += ["--namesrv", servers.namesrv_addr, "--topic", topic, "--group", group]
+    cmd += ["--timeout", str(PROGRAM_TIMEOUT), "--log-dir", str(log_dir), *map(str, extra)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROGRAM_TIMEOUT + SUBPROCESS_SLACK)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{command} did not finish: {exc.stdout!r}")
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and "OK" in lines, (
+        f"{command}: exit {proc.returncode}\n{proc.stdout}\n--- stderr ---\n{proc.stderr[-4000:]}"
+    )
+    return lines
+
+
+def value(lines, name):
+    """The integer after ``name`` on its line."""
+    found = [line.split()[1] for line in lines if line.startswith(name + " ")]
+    assert found, f"no {name} line in {lines}"
+    return int(found[-1])
+
+
+def pop_mode(java5, tmp_path, servers, topic, group):
+    """Switch the group to POP on our broker as an operator would, through the 5.x admin API."""
+    assert "MODE POP" in run(java5, tmp_path, "setmode", servers, topic, group, "--broker", servers.broker_addr)
+
+
+def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers, tmp_path):
+    """A 5.x producer and a 4.x-protocol producer fill a topic; the pop consumer gets every message once, intact,
+    by pop (each delivery carries a checkpoint), and acked ones stay acked past their invisible time."""
+    topic, group, run_id = _unique("Pop5Java"), _unique("pop5_group"), _unique("r")
+    servers.create_topic(topic, 4)
+    assert value(run(java5, tmp_path, "produce", servers, topic, "-", "--count", 20, "--run-id", run_id), "SENT") == 20
+    with blocking.Producer("pop5_py_producer", servers.namesrv_addr) as producer:
+        for i in range(20, 40):
+            key = f"{run_id}-{i}"
+            msg = build_message(topic, f"body {key} ✓".encode(), tags="TagA", keys=key, properties={"index": str(i)})
+            producer.send(msg)
+    pop_mode(java5, tmp_path, servers, topic, group)
+
+    # Invisible time 5 s, the client's minimum: an unacked message would be back while the next member watches.
+    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 40, "--run-id", run_id, "--invisible", 5000)
+    assert value(lines, "CONSUMED") == 40, lines
+    assert value(lines, "DUPLICATES") == 0, lines
+    assert value(lines, "POPPED") == 40, lines
+    assert not [line for line in lines if line.startswith("MISMATCH")], lines
+
+    # A new member of the group finds nothing left in 8 s: every message was acked.
+    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8)
+    assert value(lines, "CONSUMED") == 0, lines
+
+
+def test_listener_exception_redelivers_after_invisible_time(java5, servers, tmp_path):
+    """The listener throws on one message: the client changes its invisible time to its first retry delay and the
+    broker delivers it again then, counted as a reconsume, while the others are consumed once."""
+    topic, group, run_id = _unique("Pop5JavaRetry"), _unique("pop5_retry"), _unique("r")
+    servers.create_topic(topic, 2)
+    run(java5, tmp_path, "produce", servers, topic, "-", "--count", 5, "--run-id", run_id)
+    pop_mode(java5, tmp_path, servers, topic, group)
+
+    fail_key = f"{run_id}-2"
+    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 5, "--run-id", run_id, "--fail-key", fail_key)
+    assert value(lines, "CONSUMED") == 5, lines
+    assert value(lines, "DUPLICATES") == 0, lines
+    redelivered = [line.split() for line in lines if line.startswith("REDELIVERED ")]
+    assert len(redelivered) == 1 and redelivered[0][1] == fail_key, lines
+    waited_ms, attempts = int(redelivered[0][2]), int(redelivered[0][3])
+    assert waited_ms >= FIRST_RETRY_DELAY_MS - 1000, lines
+    assert attempts == 1, lines
