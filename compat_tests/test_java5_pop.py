@@ -90,15 +90,17 @@ def pop_mode(java5, tmp_path, servers, topic, group):
 
 
 def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers, tmp_path):
-    """A 5.x producer and a 4.x-protocol producer fill a topic; the pop consumer gets every message once, intact,
-    by pop (each delivery carries a checkpoint), and acked ones stay acked past their invisible time."""
+    """A 5.x producer and a 4.x-protocol producer fill a topic; the pop consumer gets every message of its tag once,
+    intact, by pop (each delivery carries a checkpoint), and acked ones stay acked past their invisible time."""
     topic, group, run_id = _unique("Pop5Java"), _unique("pop5_group"), _unique("r")
     servers.create_topic(topic, 4)
     assert value(run(java5, tmp_path, "produce", servers, topic, "-", "--count", 20, "--run-id", run_id), "SENT") == 20
     with blocking.Producer("pop5_py_producer", servers.namesrv_addr) as producer:
-        for i in range(20, 40):
+        for i in range(20, 45):
             key = f"{run_id}-{i}"
-            msg = build_message(topic, f"body {key} ✓".encode(), tags="TagA", keys=key, properties={"index": str(i)})
+            # The consumer subscribes to TagA: the last five must never reach its listener.
+            tag = "TagA" if i < 40 else "TagB"
+            msg = build_message(topic, f"body {key} ✓".encode(), tags=tag, keys=key, properties={"index": str(i)})
             producer.send(msg)
     pop_mode(java5, tmp_path, servers, topic, group)
 
