@@ -17,7 +17,7 @@ import pytest
 
 from gateway.client import blocking, build_message
 
-from .servers import jdk_tool
+from .servers import GatewayServers, jdk_tool
 
 CLASSPATH_ENV = "ROCKETMQ5_JAVA_CLASSPATH"
 JAVA_CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
@@ -53,6 +53,14 @@ def java5(tmp_path_factory):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}\n{proc.stderr}"
     return str(out) + os.pathsep + JAVA_CLASSPATH
+
+
+@pytest.fixture(scope="module")
+def sql_servers(tmp_path_factory):
+    """Servers whose broker evaluates SQL92 filters (enablePropertyFilter), shared by this module."""
+    s = GatewayServers(tmp_path_factory.mktemp("gateway-sql"), {"enablePropertyFilter": "true"}).start()
+    yield s
+    s.stop()
 
 
 def _unique(prefix):
@@ -133,3 +141,50 @@ def test_listener_exception_redelivers_after_invisible_time(java5, servers, tmp_
     waited_ms, attempts = int(redelivered[0][2]), int(redelivered[0][3])
     assert waited_ms >= FIRST_RETRY_DELAY_MS - 1000, lines
     assert attempts == 1, lines
+
+
+def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_path):
+    """A pop consumer subscribed by an SQL92 expression gets exactly the matching messages (the broker filters:
+    the client filters only tags), and the ones it skipped never come back to it."""
+    topic, group, run_id = _unique("Pop5JavaSql"), _unique("pop5_sql"), _unique("r")
+    sql_servers.create_topic(topic, 2)
+    run(java5, tmp_path, "produce", sql_servers, topic, "-", "--count", 10, "--run-id", run_id)
+    pop_mode(java5, tmp_path, sql_servers, topic, group)
+
+    lines = run(
+        java5,
+        tmp_path,
+        "pop",
+        sql_servers,
+        topic,
+        group,
+        "--count",
+        4,
+        "--run-id",
+        run_id,
+        "--sql",
+        "index BETWEEN 3 AND 6",
+        "--invisible",
+        5000,
+    )
+    assert sorted(line.split()[1] for line in lines if line.startswith("GOT ")) == [
+        f"{run_id}-{i}" for i in range(3, 7)
+    ]
+    assert value(lines, "DUPLICATES") == 0, lines
+    lines = run(
+        java5,
+        tmp_path,
+        "pop",
+        sql_servers,
+        topic,
+        group,
+        "--count",
+        0,
+        "--run-id",
+        run_id,
+        "--sql",
+        "index BETWEEN 3 AND 6",
+        "--timeout",
+        6,
+    )
+    assert value(lines, "CONSUMED") == 0, lines

@@ -8,6 +8,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -25,11 +26,11 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * <pre>
  * produce  --count N --run-id R          5.x DefaultMQProducer, sync sends; prints "SENT N"
  * setmode  --broker ADDR                  DefaultMQAdminExt.setMessageRequestMode(POP), as mqadmin setConsumeMode -m POP
- * pop      --count N --run-id R [--fail-key K] [--invisible MS]
+ * pop      --count N --run-id R [--fail-key K] [--invisible MS] [--sql EXPR]
  *          DefaultMQPushConsumer with setClientRebalance(false): the broker assigns queues and, in POP mode, the
  *          consumer pops and acks. The listener throws on K's first delivery (redelivered after the invisible time).
- *          With --count 0 it only watches for --timeout seconds.
- *          Prints CONSUMED, DUPLICATES, POPPED (deliveries carrying a pop checkpoint), REDELIVERED K ms attempts, OK.
+ *          With --count 0 it only watches for --timeout seconds; --sql subscribes by an SQL92 filter instead of TagA.
+ *          Prints GOT key per message, CONSUMED, DUPLICATES, POPPED (deliveries carrying a pop checkpoint), REDELIVERED K ms attempts, OK.
  * </pre>
  * Messages are "R-i": key R-i, tag TagA, property index=i, body "body R-i ✓". Exit 3 on timeout.
  */
@@ -111,7 +112,11 @@ public class Pop5Main {
         consumer.setNamesrvAddr(opt.get("namesrv"));
         consumer.setClientRebalance(false);
         consumer.setPopInvisibleTime(Long.parseLong(opt.getOrDefault("invisible", "60000")));
-        consumer.subscribe(opt.get("topic"), "TagA");
+        if (opt.containsKey("sql")) {
+            consumer.subscribe(opt.get("topic"), MessageSelector.bySql(opt.get("sql")));
+        } else {
+            consumer.subscribe(opt.get("topic"), "TagA");
+        }
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             for (MessageExt msg : msgs) {
                 String key = msg.getKeys();
@@ -139,6 +144,7 @@ public class Pop5Main {
                 if (seen.merge(key, 1, Integer::sum) > 1) {
                     duplicates.incrementAndGet();
                 } else {
+                    System.out.println("GOT " + key);
                     done.countDown();
                 }
             }
