@@ -92,6 +92,11 @@ def value(lines, name):
     return int(found[-1])
 
 
+def got(lines):
+    """The keys the listener accepted, each with its reconsume times."""
+    return {line.split()[1]: int(line.split()[2]) for line in lines if line.startswith("GOT ")}
+
+
 def pop_mode(java5, tmp_path, servers, topic, group):
     """Switch the group to POP on our broker as an operator would, through the 5.x admin API."""
     assert "MODE POP" in run(java5, tmp_path, "setmode", servers, topic, group, "--broker", servers.broker_addr)
@@ -167,9 +172,7 @@ def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_p
         "--invisible",
         5000,
     )
-    assert sorted(line.split()[1] for line in lines if line.startswith("GOT ")) == [
-        f"{run_id}-{i}" for i in range(3, 7)
-    ]
+    assert sorted(got(lines)) == [f"{run_id}-{i}" for i in range(3, 7)]
     assert value(lines, "DUPLICATES") == 0, lines
     lines = run(
         java5,
@@ -188,3 +191,38 @@ def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_p
         6,
     )
     assert value(lines, "CONSUMED") == 0, lines
+
+
+def test_broker_restart_keeps_acks_and_brings_back_the_unacked(java5, fresh_servers, tmp_path):
+    """Nine messages acked and one left unacked by a failing listener; after a broker restart a new member of the
+    group gets only the unacked one, counted as a reconsume, and none of the acked."""
+    topic, group, run_id = _unique("Pop5JavaRestart"), _unique("pop5_restart"), _unique("r")
+    fresh_servers.create_topic(topic, 2)
+    run(java5, tmp_path, "produce", fresh_servers, topic, "-", "--count", 10, "--run-id", run_id)
+    pop_mode(java5, tmp_path, fresh_servers, topic, group)
+    fail_key = f"{run_id}-4"
+    lines = run(
+        java5,
+        tmp_path,
+        "pop",
+        fresh_servers,
+        topic,
+        group,
+        "--count",
+        10,
+        "--run-id",
+        run_id,
+        "--fail-key",
+        fail_key,
+        "--leave-failed",
+        1,
+        "--invisible",
+        5000,
+    )
+    assert sorted(got(lines)) == sorted(f"{run_id}-{i}" for i in range(10) if i != 4), lines
+
+    fresh_servers.restart()
+    # The acked ones' invisible time (5 s) ends before the failed one's (the client's 10 s retry delay): were an
+    # ack lost, its message would arrive first.
+    lines = run(java5, tmp_path, "pop", fresh_servers, topic, group, "--count", 1, "--run-id", run_id)
+    assert got(lines) == {fail_key: 1}, lines

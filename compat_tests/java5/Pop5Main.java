@@ -26,9 +26,10 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * <pre>
  * produce  --count N --run-id R          5.x DefaultMQProducer, sync sends; prints "SENT N"
  * setmode  --broker ADDR                  DefaultMQAdminExt.setMessageRequestMode(POP), as mqadmin setConsumeMode -m POP
- * pop      --count N --run-id R [--fail-key K] [--invisible MS] [--sql EXPR]
+ * pop      --count N --run-id R [--fail-key K [--leave-failed]] [--invisible MS] [--sql EXPR]
  *          DefaultMQPushConsumer with setClientRebalance(false): the broker assigns queues and, in POP mode, the
  *          consumer pops and acks. The listener throws on K's first delivery (redelivered after the invisible time).
+ *          --leave-failed counts K's failure as its end (the broker must bring it back later, to someone else).
  *          With --count 0 it only watches for --timeout seconds; --sql subscribes by an SQL92 filter instead of TagA.
  *          Prints GOT key per message, CONSUMED, DUPLICATES, POPPED (deliveries carrying a pop checkpoint), REDELIVERED K ms attempts, OK.
  * </pre>
@@ -101,6 +102,7 @@ public class Pop5Main {
         final int count = Integer.parseInt(opt.get("count"));
         final String runId = opt.get("run-id");
         final String failKey = opt.get("fail-key");
+        final boolean leaveFailed = opt.containsKey("leave-failed");
         final Map<String, Integer> seen = new ConcurrentHashMap<>();
         final List<String> problems = new ArrayList<>();
         final AtomicInteger popped = new AtomicInteger();
@@ -135,6 +137,9 @@ public class Pop5Main {
                 }
                 if (key.equals(failKey) && !failedAt.containsKey(key)) {
                     failedAt.put(key, System.currentTimeMillis());
+                    if (leaveFailed) {
+                        done.countDown();
+                    }
                     throw new IllegalStateException("listener fails " + key + " once");
                 }
                 if (failedAt.containsKey(key)) {
@@ -144,7 +149,7 @@ public class Pop5Main {
                 if (seen.merge(key, 1, Integer::sum) > 1) {
                     duplicates.incrementAndGet();
                 } else {
-                    System.out.println("GOT " + key);
+                    System.out.println("GOT " + key + " " + msg.getReconsumeTimes());
                     done.countDown();
                 }
             }
