@@ -67,22 +67,32 @@ def _unique(prefix):
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 
 
-def run(classpath, tmp_path, command, servers, topic, group, *extra):
-    """Run ``Pop5Main command``; return its stdout lines, failing the test with its output if it failed."""
-    log_dir = tmp_path / f"logs-{command}-{group}"
-    log_dir.mkdir(parents=True, exist_ok=True)
+def start(classpath, command, servers, topic, group, *extra):
+    """Start ``Pop5Main command`` in the background."""
     cmd = [jdk_tool("java"), "-Xmx256m", "-cp", classpath, "Pop5Main", command]
     cmd += ["--namesrv", servers.namesrv_addr, "--topic", topic, "--group", group]
-    cmd += ["--timeout", str(PROGRAM_TIMEOUT), "--log-dir", str(log_dir), *map(str, extra)]
+    cmd += ["--timeout", str(PROGRAM_TIMEOUT), *map(str, extra)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc):
+    """Wait for a started program; return its stdout lines, failing the test with its output if it failed."""
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PROGRAM_TIMEOUT + SUBPROCESS_SLACK)
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{command} did not finish: {exc.stdout!r}")
-    lines = proc.stdout.splitlines()
+        stdout, stderr = proc.communicate(timeout=PROGRAM_TIMEOUT + SUBPROCESS_SLACK)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"{proc.args[5]} did not finish: {stdout}")
+    lines = stdout.splitlines()
     assert proc.returncode == 0 and "OK" in lines, (
-        f"{command}: exit {proc.returncode}\n{proc.stdout}\n--- stderr ---\n{proc.stderr[-4000:]}"
+        f"{proc.args[5]}: exit {proc.returncode}\n{stdout}\n--- stderr ---\n{stderr[-4000:]}"
     )
     return lines
+
+
+def run(classpath, command, servers, topic, group, *extra):
+    """Run ``Pop5Main command`` to its end; return its stdout lines."""
+    return finish(start(classpath, command, servers, topic, group, *extra))
 
 
 def value(lines, name):
@@ -97,17 +107,17 @@ def got(lines):
     return {line.split()[1]: int(line.split()[2]) for line in lines if line.startswith("GOT ")}
 
 
-def pop_mode(java5, tmp_path, servers, topic, group):
+def pop_mode(java5, servers, topic, group):
     """Switch the group to POP on our broker as an operator would, through the 5.x admin API."""
-    assert "MODE POP" in run(java5, tmp_path, "setmode", servers, topic, group, "--broker", servers.broker_addr)
+    assert "MODE POP" in run(java5, "setmode", servers, topic, group, "--broker", servers.broker_addr)
 
 
-def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers, tmp_path):
+def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers):
     """A 5.x producer and a 4.x-protocol producer fill a topic; the pop consumer gets every message of its tag once,
     intact, by pop (each delivery carries a checkpoint), and acked ones stay acked past their invisible time."""
     topic, group, run_id = _unique("Pop5Java"), _unique("pop5_group"), _unique("r")
     servers.create_topic(topic, 4)
-    assert value(run(java5, tmp_path, "produce", servers, topic, "-", "--count", 20, "--run-id", run_id), "SENT") == 20
+    assert value(run(java5, "produce", servers, topic, "-", "--count", 20, "--run-id", run_id), "SENT") == 20
     with blocking.Producer("pop5_py_producer", servers.namesrv_addr) as producer:
         for i in range(20, 45):
             key = f"{run_id}-{i}"
@@ -115,30 +125,30 @@ def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers, t
             tag = "TagA" if i < 40 else "TagB"
             msg = build_message(topic, f"body {key} ✓".encode(), tags=tag, keys=key, properties={"index": str(i)})
             producer.send(msg)
-    pop_mode(java5, tmp_path, servers, topic, group)
+    pop_mode(java5, servers, topic, group)
 
     # Invisible time 5 s, the client's minimum: an unacked message would be back while the next member watches.
-    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 40, "--run-id", run_id, "--invisible", 5000)
+    lines = run(java5, "pop", servers, topic, group, "--count", 40, "--run-id", run_id, "--invisible", 5000)
     assert value(lines, "CONSUMED") == 40, lines
     assert value(lines, "DUPLICATES") == 0, lines
     assert value(lines, "POPPED") == 40, lines
     assert not [line for line in lines if line.startswith("MISMATCH")], lines
 
     # A new member of the group finds nothing left in 8 s: every message was acked.
-    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8)
+    lines = run(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8)
     assert value(lines, "CONSUMED") == 0, lines
 
 
-def test_listener_exception_redelivers_after_invisible_time(java5, servers, tmp_path):
+def test_listener_exception_redelivers_after_invisible_time(java5, servers):
     """The listener throws on one message: the client changes its invisible time to its first retry delay and the
     broker delivers it again then, counted as a reconsume, while the others are consumed once."""
     topic, group, run_id = _unique("Pop5JavaRetry"), _unique("pop5_retry"), _unique("r")
     servers.create_topic(topic, 2)
-    run(java5, tmp_path, "produce", servers, topic, "-", "--count", 5, "--run-id", run_id)
-    pop_mode(java5, tmp_path, servers, topic, group)
+    run(java5, "produce", servers, topic, "-", "--count", 5, "--run-id", run_id)
+    pop_mode(java5, servers, topic, group)
 
     fail_key = f"{run_id}-2"
-    lines = run(java5, tmp_path, "pop", servers, topic, group, "--count", 5, "--run-id", run_id, "--fail-key", fail_key)
+    lines = run(java5, "pop", servers, topic, group, "--count", 5, "--run-id", run_id, "--fail-key", fail_key)
     assert value(lines, "CONSUMED") == 5, lines
     assert value(lines, "DUPLICATES") == 0, lines
     redelivered = [line.split() for line in lines if line.startswith("REDELIVERED ")]
@@ -148,17 +158,16 @@ def test_listener_exception_redelivers_after_invisible_time(java5, servers, tmp_
     assert attempts == 1, lines
 
 
-def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_path):
+def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers):
     """A pop consumer subscribed by an SQL92 expression gets exactly the matching messages (the broker filters:
     the client filters only tags), and the ones it skipped never come back to it."""
     topic, group, run_id = _unique("Pop5JavaSql"), _unique("pop5_sql"), _unique("r")
     sql_servers.create_topic(topic, 2)
-    run(java5, tmp_path, "produce", sql_servers, topic, "-", "--count", 10, "--run-id", run_id)
-    pop_mode(java5, tmp_path, sql_servers, topic, group)
+    run(java5, "produce", sql_servers, topic, "-", "--count", 10, "--run-id", run_id)
+    pop_mode(java5, sql_servers, topic, group)
 
     lines = run(
         java5,
-        tmp_path,
         "pop",
         sql_servers,
         topic,
@@ -176,7 +185,6 @@ def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_p
     assert value(lines, "DUPLICATES") == 0, lines
     lines = run(
         java5,
-        tmp_path,
         "pop",
         sql_servers,
         topic,
@@ -193,17 +201,16 @@ def test_sql_filter_selects_what_the_pop_consumer_gets(java5, sql_servers, tmp_p
     assert value(lines, "CONSUMED") == 0, lines
 
 
-def test_broker_restart_keeps_acks_and_brings_back_the_unacked(java5, fresh_servers, tmp_path):
+def test_broker_restart_keeps_acks_and_brings_back_the_unacked(java5, fresh_servers):
     """Nine messages acked and one left unacked by a failing listener; after a broker restart a new member of the
     group gets only the unacked one, counted as a reconsume, and none of the acked."""
     topic, group, run_id = _unique("Pop5JavaRestart"), _unique("pop5_restart"), _unique("r")
     fresh_servers.create_topic(topic, 2)
-    run(java5, tmp_path, "produce", fresh_servers, topic, "-", "--count", 10, "--run-id", run_id)
-    pop_mode(java5, tmp_path, fresh_servers, topic, group)
+    run(java5, "produce", fresh_servers, topic, "-", "--count", 10, "--run-id", run_id)
+    pop_mode(java5, fresh_servers, topic, group)
     fail_key = f"{run_id}-4"
     lines = run(
         java5,
-        tmp_path,
         "pop",
         fresh_servers,
         topic,
@@ -224,5 +231,21 @@ def test_broker_restart_keeps_acks_and_brings_back_the_unacked(java5, fresh_serv
     fresh_servers.restart()
     # The acked ones' invisible time (5 s) ends before the failed one's (the client's 10 s retry delay): were an
     # ack lost, its message would arrive first.
-    lines = run(java5, tmp_path, "pop", fresh_servers, topic, group, "--count", 1, "--run-id", run_id)
+    lines = run(java5, "pop", fresh_servers, topic, group, "--count", 1, "--run-id", run_id)
     assert got(lines) == {fail_key: 1}, lines
+
+
+def test_two_members_of_a_group_share_the_queues_by_pop(java5, servers):
+    """Two pop consumers of one group, each popping every queue (defaultPopShareQueueNum -1), together get every
+    message exactly once: a popped message is invisible to the other member until acked."""
+    topic, group, run_id = _unique("Pop5JavaShare"), _unique("pop5_share"), _unique("r")
+    servers.create_topic(topic, 2)
+    run(java5, "produce", servers, topic, "-", "--count", 60, "--run-id", run_id)
+    pop_mode(java5, servers, topic, group)
+
+    members = [
+        start(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8) for _ in "ab"
+    ]
+    first, second = (got(finish(proc)) for proc in members)
+    assert not set(first) & set(second), (first, second)
+    assert sorted({**first, **second}) == sorted(f"{run_id}-{i}" for i in range(60))

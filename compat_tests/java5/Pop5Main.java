@@ -43,7 +43,6 @@ public class Pop5Main {
         for (int i = 1; i + 1 < args.length; i += 2) {
             opt.put(args[i].replaceFirst("^--", ""), args[i + 1]);
         }
-        System.setProperty("rocketmq.client.logRoot", opt.getOrDefault("log-dir", "."));
         long timeoutMs = Long.parseLong(opt.getOrDefault("timeout", "60")) * 1000L;
         switch (args[0]) {
             case "produce":
