@@ -5,7 +5,8 @@ The programs in compat_tests/java5/ use only the client's public API: a DefaultM
 mode is POP (SET_MESSAGE_REQUEST_MODE through DefaultMQAdminExt, what ``mqadmin setConsumeMode -m POP`` does),
 pops, acks, and on a listener failure changes the message's invisible time so it comes back later.
 
-The 5.x client is in no package registry: ROCKETMQ5_JAVA_CLASSPATH (colon separated) names its jars.
+The 5.x client is in no package registry: ROCKETMQ5_JAVA_CLASSPATH (colon separated) names its jars, with the
+tools' (DefaultMQAdminExt and mqadmin's MQAdminStartup).
 """
 
 import os
@@ -95,6 +96,17 @@ def run(classpath, command, servers, topic, group, *extra):
     return finish(start(classpath, command, servers, topic, group, *extra))
 
 
+def mqadmin(classpath, *args):
+    """Run the 5.x mqadmin (MQAdminStartup); return its stdout lines."""
+    cmd = [jdk_tool("java"), "-Xmx256m", "-cp", classpath, "org.apache.rocketmq.tools.command.MQAdminStartup"]
+    proc = subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True, timeout=PROGRAM_TIMEOUT)
+    # mqadmin exits 0 when a command fails: it prints "<Command>SubCommand command failed" and the trace.
+    assert proc.returncode == 0 and "command failed" not in proc.stderr, (
+        f"mqadmin {args}:\n{proc.stdout}\n{proc.stderr}"
+    )
+    return proc.stdout.splitlines()
+
+
 def value(lines, name):
     """The integer after ``name`` on its line."""
     found = [line.split()[1] for line in lines if line.startswith(name + " ")]
@@ -134,8 +146,15 @@ def test_pop_consumer_gets_and_acks_what_both_generations_sent(java5, servers):
     assert value(lines, "POPPED") == 40, lines
     assert not [line for line in lines if line.startswith("MISMATCH")], lines
 
-    # A new member of the group finds nothing left in 8 s: every message was acked.
-    lines = run(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8)
+    # 5.x mqadmin consumerProgress: the pop group has consumed every queue to its end (TagB ones included).
+    rows = [line.split() for line in mqadmin(java5, "consumerProgress", "-n", servers.namesrv_addr, "-g", group)]
+    queues = [row for row in rows if row and row[0] == topic]
+    assert len(queues) == 4, rows
+    assert sum(int(row[3]) for row in queues) == 45 and all(row[3] == row[4] and row[5] == "0" for row in queues), rows
+    assert ["Consume", "Diff", "Total:", "0"] in rows, rows
+
+    # A new member of the group finds nothing left in 6 s: every message was acked.
+    lines = run(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 6)
     assert value(lines, "CONSUMED") == 0, lines
 
 
@@ -205,7 +224,7 @@ def test_two_members_of_a_group_share_the_queues_by_pop(java5, servers):
     pop_mode(java5, servers, topic, group)
 
     members = [
-        start(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 8) for _ in "ab"
+        start(java5, "pop", servers, topic, group, "--count", 0, "--run-id", run_id, "--timeout", 6) for _ in "ab"
     ]
     first, second = (got(finish(proc)) for proc in members)
     assert not set(first) & set(second), (first, second)
