@@ -98,6 +98,7 @@ class RequestCode(IntEnum):
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
     DELETE_EXPIRED_COMMITLOG = 329
+    GET_TOPIC_CONFIG = 351  # 5.x: one topic's config (5.x mqadmin consumerProgress asks for it)
     GET_SUBSCRIPTIONGROUP_CONFIG = 352  # 5.x: one group's config (the gRPC proxy's retry policy)
     LITE_PULL_MESSAGE = 361
     # 5.x: load balancing done by the broker (lite pull and POP consumers).

@@ -406,7 +406,8 @@ class CreateTopicRequestHeader(CommandHeader):
 
 @dataclass(slots=True)
 class TopicRequestHeader(CommandHeader):
-    """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, QUERY_TOPIC_CONSUME_BY_WHO, GET_ROUTEINFO_BY_TOPIC."""
+    """DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO, QUERY_TOPIC_CONSUME_BY_WHO, GET_ROUTEINFO_BY_TOPIC, and
+    GET_TOPIC_CONFIG (whose ``lo`` asks for the static-topic queue mapping, which this broker never has)."""
 
     topic: str = wire("topic", Topic, required=True)
 

@@ -122,6 +122,19 @@ async def test_stats_data_and_broker_consume_stats(broker: BrokerUnderTest) -> N
 
 
 @pytest_twisted.ensureDeferred
+async def test_get_topic_config(broker: BrokerUnderTest) -> None:
+    """GET_TOPIC_CONFIG (351), which 5.x mqadmin consumerProgress sends for every topic of the group."""
+    await create_topic(broker, "Configured", 3)
+    resp = await call(broker, RequestCode.GET_TOPIC_CONFIG, {"topic": "Configured", "lo": "true"})
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    body = fastjson.loads(resp.body)
+    assert (body["topicName"], body["readQueueNums"], body["writeQueueNums"], body["perm"]) == ("Configured", 3, 3, 6)
+    assert "mappingDetail" not in body
+    resp = await call(broker, RequestCode.GET_TOPIC_CONFIG, {"topic": "Nope"})
+    assert (resp.code, resp.remark) == (ResponseCode.TOPIC_NOT_EXIST, "No topic in this broker. topic: Nope")
+
+
+@pytest_twisted.ensureDeferred
 async def test_query_consume_queue(broker: BrokerUnderTest) -> None:
     await create_topic(broker, "Cq", 1)
     offsets = []

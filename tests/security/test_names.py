@@ -90,6 +90,7 @@ BROKER_CODES = [
     (RequestCode.UPDATE_AND_CREATE_TOPIC, ("topic", "default")),
     (RequestCode.DELETE_TOPIC_IN_BROKER, ("topic",)),
     (RequestCode.GET_TOPIC_STATS_INFO, ("topic",)),
+    (RequestCode.GET_TOPIC_CONFIG, ("topic",)),
     (RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, ("topic",)),
     (RequestCode.GET_CONSUME_STATS, ("topic", "group")),
     (RequestCode.GET_CONSUMER_LIST_BY_GROUP, ("group",)),

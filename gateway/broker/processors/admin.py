@@ -87,6 +87,7 @@ class AdminBrokerProcessor:
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.get_producer_connection_list,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.get_all_consumer_offset,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.get_all_subscription_group,
+            RequestCode.GET_TOPIC_CONFIG: self.get_topic_config,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.get_subscription_group,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_and_create_subscription_group,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
@@ -161,6 +162,14 @@ class AdminBrokerProcessor:
     def get_all_topic_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         # Apache's reply has an empty extFields object here (and none in the other getAll* replies).
         return request.response(ext_fields={}, body=fastjson.dumps(self.broker.topics.wrapper()))
+
+    def get_topic_config(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+        """Apache's TopicConfigAndQueueMapping: the topic's config; no ``mappingDetail`` (no static topics here)."""
+        h = TopicRequestHeader.decode(request.ext_fields)
+        tc = self.broker.topics.select(h.topic)
+        if tc is None:
+            return request.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {h.topic}")
+        return request.response(body=fastjson.dumps(tc))
 
     def get_system_topic_list(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
         """TopicValidator's system topic set, whether or not this broker has them."""
