@@ -184,6 +184,10 @@ class MQClientAPI:
         _check(response, addr)
         return OffsetResponseHeader.decode(response.ext_fields).offset
 
+    async def update_consumer_offset(self, addr: str, header: UpdateConsumerOffsetRequestHeader) -> None:
+        """UPDATE_CONSUMER_OFFSET, waiting for the broker's answer."""
+        _check(await self._invoke(addr, _request(RequestCode.UPDATE_CONSUMER_OFFSET, header)), addr)
+
     def update_consumer_offset_oneway(self, addr: str, header: UpdateConsumerOffsetRequestHeader) -> Deferred:
         return self.remoting.invoke_oneway(addr, _request(RequestCode.UPDATE_CONSUMER_OFFSET, header))
 

@@ -36,7 +36,7 @@ log = Logger()
 
 SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"
 # Activities beside the core ones, imported when present (the consumer RPCs are a module of their own).
-OPTIONAL_ACTIVITIES = ("gateway.proxy.consumer",)
+OPTIONAL_ACTIVITIES = ("gateway.proxy.consumer", "gateway.proxy.offsets")
 
 
 @dataclass(slots=True)
