@@ -69,10 +69,7 @@ class OffsetActivity:
 
     async def _master(self, mq: MessageQueue) -> str:
         """The master serving ``mq``; TOPIC_NOT_FOUND when the name server knows no such broker for the topic."""
-        instance = self.service.instance
-        addr = instance.find_broker_addr_in_publish(mq.broker_name)
-        if addr is None and await instance.update_topic_route_from_namesrv(mq.topic):
-            addr = instance.find_broker_addr_in_publish(mq.broker_name)
+        addr = await self.service.master_of(mq.broker_name, mq.topic)
         if addr is None:
             raise ProxyError(pb.Code.TOPIC_NOT_FOUND, f"no broker {mq.broker_name} serving topic {mq.topic}")
         return addr

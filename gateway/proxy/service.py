@@ -138,6 +138,13 @@ class MessagingService:
     def now_ms(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
+    async def master_of(self, broker_name: str, topic: str) -> str | None:
+        """The address of ``broker_name``'s master, reading ``topic``'s route once when it is not known."""
+        addr = self.instance.find_broker_addr_in_publish(broker_name)
+        if addr is None and await self.instance.update_topic_route_from_namesrv(topic):
+            addr = self.instance.find_broker_addr_in_publish(broker_name)
+        return addr
+
     # -- the gRPC method table
 
     def factory(self) -> GrpcServerFactory:

@@ -10,6 +10,9 @@ from twisted.internet.threads import deferToThread
 
 from gateway.proxy.v2 import definition_pb2 as pb
 from gateway.proxy.v2 import service_pb2 as spb
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from tests.client.conftest import sleep
 from tests.proxy import test_service
 from tests.proxy.test_service import SERVICE, Proxy, message
 
@@ -140,3 +143,75 @@ async def test_update_and_get_a_group_offset(proxy: Proxy) -> None:
     assert (await proxy.call("GetOffset", bad_group, spb.GetOffsetResponse)).status.code == (
         pb.Code.ILLEGAL_CONSUMER_GROUP
     )
+
+
+async def set_broker_config(proxy: Proxy, line: str) -> None:
+    """UPDATE_BROKER_CONFIG, as mqadmin updateBrokerConfig sends it."""
+    request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, None, line.encode())
+    response = await proxy.admin.client.api.remoting.invoke(proxy.broker_addr, request, 5)
+    assert response.code == ResponseCode.SUCCESS
+
+
+async def recall(proxy: Proxy, topic: str, handle: str) -> spb.RecallMessageResponse:
+    request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+    return await proxy.call("RecallMessage", request, spb.RecallMessageResponse)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_recalled_delayed_message_is_never_delivered(proxy: Proxy) -> None:
+    topic = await proxy.topic(queues=1)
+    due_ms = int(time.time() * 1000) + 1500
+    sent = {}
+    for name in ("recalled", "kept", "now"):
+        msg = message(topic, tag=name)
+        if name != "now":
+            msg.system_properties.delivery_timestamp.FromMilliseconds(due_ms)
+        response = await proxy.call("SendMessage", spb.SendMessageRequest(messages=[msg]), spb.SendMessageResponse)
+        [entry] = response.entries
+        assert entry.status.code == pb.Code.OK
+        sent[name] = entry
+    assert sent["recalled"].recall_handle and sent["kept"].recall_handle
+    assert sent["now"].recall_handle == ""  # only a message waiting for its time can be recalled
+    handle = sent["recalled"].recall_handle
+
+    # Off by default, as in Apache.
+    refused = await recall(proxy, topic, handle)
+    assert refused.status.code != pb.Code.OK and refused.status.message == "recall failed, operation is forbidden"
+    await set_broker_config(proxy, "recallMessageEnable=true\n")
+    try:
+        bad = await recall(proxy, topic, "bm90IGEgaGFuZGxl")
+        assert bad.status == pb.Status(code=pb.Code.BAD_REQUEST, message="recall handle is invalid")
+        other = await proxy.topic(queues=1)
+        mismatch = await recall(proxy, other, handle)
+        assert mismatch.status.code != pb.Code.OK and mismatch.status.message == "recall failed, topic not match"
+        answer = await recall(proxy, topic, handle)
+        assert answer.status.code == pb.Code.OK and answer.message_id == sent["recalled"].message_id
+    finally:
+        await set_broker_config(proxy, "recallMessageEnable=false\n")
+
+    # The kept one arrives after its time; the recalled one (and its marker) never does.
+    tags: list[str] = []
+    offset = 0
+    deadline = time.monotonic() + 15
+    while "kept" not in tags and time.monotonic() < deadline:
+        _, messages, next_offset = await pull(
+            proxy, spb.PullMessageRequest(group=GROUP, message_queue=queue(topic), offset=offset, batch_size=10)
+        )
+        tags += [m.system_properties.tag for m in messages]
+        offset = next_offset if next_offset is not None else offset
+        await sleep(0.2)
+    assert "kept" in tags
+    assert int(time.time() * 1000) > due_ms + 1
+    await sleep(1.0)  # a later timer pass delivers nothing more
+    _, messages, _ = await pull(
+        proxy, spb.PullMessageRequest(group=GROUP, message_queue=queue(topic), offset=offset, batch_size=10)
+    )
+    tags += [m.system_properties.tag for m in messages]
+    assert sorted(tags) == ["kept", "now"]
+    # Too late: the handle's time has passed.
+    await set_broker_config(proxy, "recallMessageEnable=true\n")
+    try:
+        late = await recall(proxy, topic, sent["kept"].recall_handle)
+        assert late.status.message == "recall failed, timestamp invalid"
+    finally:
+        await set_broker_config(proxy, "recallMessageEnable=false\n")
