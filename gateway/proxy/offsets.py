@@ -21,7 +21,7 @@ from gateway.remoting.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 
-from .consumer import MAX_MSG_NUMS_FOR_POP_REQUEST, build_subscription, duration_ms, validate_topic_and_group
+from .consumer import build_subscription, duration_ms, validate_topic_and_group
 from .convert import ProxyError, build_message, status
 from .grpc import Kind, ServerCall
 from .service import ProxyContext, Rpc
@@ -39,6 +39,8 @@ PULL_CODES = {
     PullStatus.NO_MATCHED_MSG: pb.Code.MESSAGE_NOT_FOUND,
     PullStatus.OFFSET_ILLEGAL: pb.Code.ILLEGAL_OFFSET,
 }
+# At most this many messages a pull (what a broker sends of one pull by default, maxTransferCountOnMessageInMemory).
+MAX_PULL_BATCH = 32
 # The broker's answer to a request for its time to answer (the pull's long polling is on top of it).
 BROKER_ANSWER_MS = 3000
 
@@ -92,7 +94,7 @@ class OffsetActivity:
             mq,
             sub,
             request.offset,
-            min(request.batch_size, MAX_MSG_NUMS_FOR_POP_REQUEST),
+            min(request.batch_size, MAX_PULL_BATCH),
             PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if poll_ms > 0 else 0),
             0,
             poll_ms / 1000,
