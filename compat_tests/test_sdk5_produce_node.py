@@ -1,5 +1,5 @@
 """The RocketMQ 5.x Node.js SDK (rocketmq-client-nodejs 1.0.8) sending through our gRPC endpoint: FIFO message
-groups and a delivery timestamp, read back by our 4.x client."""
+groups, a delivery timestamp and its recall, read back by our 4.x client."""
 
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.compat
 
 @pytest.fixture(scope="module")
 def node_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
-    s = GatewayServers(tmp_path_factory.mktemp("sdk5-produce"), {"grpcServerPort": str(free_port())}).start()
+    config = {"grpcServerPort": str(free_port()), "recallMessageEnable": "true"}
+    s = GatewayServers(tmp_path_factory.mktemp("sdk5-produce"), config).start()
     yield s
     s.stop()
 
@@ -57,3 +58,14 @@ def test_delivery_timestamp_delays_the_message(node_servers: GatewayServers, tmp
     assert got.body == b"later"
     deliver_ms = int(got.properties[MessageConst.TIMER_DELIVER_MS])
     assert deliver_ms >= (sent_at + 3.5) * 1000 and got.store_timestamp >= deliver_ms - 50
+
+
+def test_recalled_delayed_message_never_arrives(node_servers: GatewayServers, tmp_path) -> None:
+    topic = _topic(node_servers, queues=1)
+    specs = [{"i": 0, "body": "recalled", "delayMs": 3000, "recall": True}, {"i": 1, "body": "kept", "delayMs": 3000}]
+    result = sdk5_node.produce(tmp_path, node_servers.grpc_addr, topic, specs)
+    sent = {e["i"]: e["messageId"] for e in result.of("sent")}
+    assert [e["messageId"] for e in result.of("recalled")] == [sent[0]], result.describe()
+    assert [m.body for m in flat(pull_all(node_servers, topic, 1, timeout=15.0))] == [b"kept"]
+    time.sleep(1.0)  # nothing more comes in a later timer pass
+    assert [m.body for m in flat(pull_all(node_servers, topic, 2, timeout=1.0))] == [b"kept"]

@@ -72,7 +72,13 @@ def flat(found: dict[MessageQueue, list[MessageExt]]) -> list[MessageExt]:
 def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     """``python -m gateway`` (gRPC on a free port) with quick transaction check-backs."""
     # Quick revives (redeliveries in seconds) and SQL92 filters for the consumers.
-    config = {**FAST_CONFIG, "reviveInterval": "200", "reviveMaxSlow": "1", "enablePropertyFilter": "true"}
+    config = {
+        **FAST_CONFIG,
+        "reviveInterval": "200",
+        "reviveMaxSlow": "1",
+        "enablePropertyFilter": "true",
+        "recallMessageEnable": "true",
+    }
     s = GatewayServers(tmp_path_factory.mktemp("gateway-sdk5"), config).start()
     assert s.grpc_addr, "the ready line names no gRPC endpoint"
     yield s
@@ -131,6 +137,21 @@ def test_delivery_timestamp_delays_the_message(grpc_servers: GatewayServers) -> 
     assert [m.body for m in got] == [b"later"]
     assert got[0].store_timestamp >= deliver_ms - 50  # stored into the topic when due (timer resolution)
     assert got[0].properties[MessageConst.TIMER_DELIVER_MS] == str(deliver_ms)
+
+
+def test_recalled_delayed_message_never_arrives(grpc_servers: GatewayServers) -> None:
+    topic = topic_on(grpc_servers, "Sdk5Recall", queues=1)
+    deliver_s = int(time.time()) + 3
+    messages = [{"body": "recalled", "delivery_s": deliver_s}, {"body": "kept", "delivery_s": deliver_s}]
+    out = run_scenario(
+        "producer", {"endpoint": grpc_servers.grpc_addr, "topic": topic, "messages": messages, "recall": [0]}
+    )
+    assert "error" not in out, out
+    assert out["recalled"] == [out["ids"][0]]
+    got = flat(pull_all(grpc_servers, topic, 1, timeout=15.0))
+    assert [m.body for m in got] == [b"kept"]
+    time.sleep(1.0)  # nothing more comes in a later timer pass
+    assert [m.body for m in flat(pull_all(grpc_servers, topic, 2, timeout=1.0))] == [b"kept"]
 
 
 @pytest.mark.parametrize("action", ["commit", "rollback"])

@@ -1,7 +1,8 @@
 'use strict';
 // node sdk5_producer.js --endpoints H:P --topic T --messages FILE
 //   FILE holds one JSON object per line: {"i": n, "body": str, "tag": str, "keys": [str], "props": {k: v}}
-//   and optionally "group" (a FIFO message group) or "delayMs" (a timed message).
+//   and optionally "group" (a FIFO message group) or "delayMs" (a timed message), "recall": true (recall the
+//   timed message once sent: {"event":"recalled","i":n,"messageId":..} or {"event":"recall_error",..}).
 //   [--concurrent true]: every send in flight at once (the SDK's promises awaited together), else one by one.
 //   [--transaction commit|rollback|orphan]: each message in a transaction of its own, then committed, rolled
 //   back or left open; the transaction checker answers the server's check-back with --check COMMIT|ROLLBACK
@@ -83,18 +84,27 @@ run([ 'messages' ], async args => {
 
   const failed = [];
   let sent = 0;
-  specs.forEach((spec, k) => {
+  for (const [ k, spec ] of specs.entries()) {
     const outcome = outcomes[k];
-    if (outcome.status === 'fulfilled') {
-      const receipt = outcome.value;
-      sent++;
-      emit({ event: 'sent', i: spec.i, messageId: receipt.messageId, transactionId: receipt.transactionId || null,
-        offset: receipt.offset, queueId: receipt.messageQueue.queueId });
-    } else {
+    if (outcome.status !== 'fulfilled') {
       failed.push(spec.i);
       emit({ event: 'send_error', i: spec.i, error: errorText(outcome.reason) });
+      continue;
     }
-  });
+    const receipt = outcome.value;
+    sent++;
+    emit({ event: 'sent', i: spec.i, messageId: receipt.messageId, transactionId: receipt.transactionId || null,
+      offset: receipt.offset, queueId: receipt.messageQueue.queueId });
+    if (spec.recall) {
+      try {
+        const recalled = await producer.recallMessage(args.topic, receipt.recallHandle);
+        emit({ event: 'recalled', i: spec.i, messageId: recalled.messageId });
+      } catch (err) {
+        failed.push(spec.i);
+        emit({ event: 'recall_error', i: spec.i, error: errorText(err) });
+      }
+    }
+  }
   const wait = Number(args.wait || (args.transaction === 'orphan' ? 30 : 0));
   if (tx && sent && wait) {
     await Promise.race([ tx.everyChecked, sleep(wait * 1000) ]);

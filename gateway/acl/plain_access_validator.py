@@ -132,6 +132,7 @@ NEEDS: dict[int, Callable[[RemotingCommand, Mapping[str, str]], Resources]] = {
     RequestCode.PEEK_MESSAGE: _pop,
     RequestCode.NOTIFICATION: _pop,
     RequestCode.POLLING_INFO: _pop,
+    RequestCode.RECALL_MESSAGE: _send("topic"),  # 5.3: PUB on the topic, as a send
 }
 
 _NOTHING: Resources = {}

@@ -78,6 +78,9 @@ class BrokerConfig:
     flushDelayOffsetInterval: int = 10000
     timerWheelEnable: bool = True
     timerMaxDelaySec: int = 3 * 24 * 3600
+    # 5.3: RECALL_MESSAGE of delayed messages (off by default, as in Apache).
+    recallMessageEnable: bool = False
+    allowRecallWhenBrokerNotWriteable: bool = True
     enablePropertyFilter: bool = False
     # Java's system property rocketmq.broker.rebalance.lockMaxLiveTime (ms), as a broker.conf key here.
     rebalanceLockMaxLiveTime: int = 60000

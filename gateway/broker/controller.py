@@ -64,6 +64,7 @@ from .processors.pop_message import PopMessageProcessor
 from .processors.pull import PullMessageProcessor
 from .processors.query import QueryMessageProcessor
 from .processors.query_assignment import QueryAssignmentProcessor
+from .processors.recall import RecallMessageProcessor
 from .processors.reply import ReplyMessageProcessor
 from .processors.send import SendMessageProcessor
 from .rebalance_lock import RebalanceLockManager
@@ -164,6 +165,7 @@ class BrokerController(service.Service):
             PeekMessageProcessor(self),
             self.notification_processor,
             PollingInfoProcessor(self),
+            RecallMessageProcessor(self),
         ):
             self.dispatcher.register_all(processor.handlers())
         self.dispatcher.on_channel_closed.append(self._channel_closed)

@@ -5,6 +5,10 @@ parked in ``rmq_sys_wheel_timer`` queue 0 with ``TIMER_OUT_MS`` (its delivery ti
 ``REAL_TOPIC`` and ``REAL_QID``, and re-put to its real topic once due (with ``TIMER_DEQUEUE_MS``; the kept
 ``TIMER_OUT_MS`` stops it from being parked again).
 
+A recall (RECALL_MESSAGE) parks a marker with ``TIMER_DEL_UNIQKEY`` due one millisecond after the message it
+names; the marker is noted when its unit is read, so the message is dropped when due, and the marker itself is
+never delivered. Both are above ``commitOffset`` until the message is due, so a restart notes the marker again.
+
 Units of the timer queue are due in any order, so the service reads each unit once into a heap ordered by
 delivery time. ``config/timerOffset.json`` holds the first queue offset not yet delivered (``commitOffset``)
 and the offsets above it already delivered; a restart reloads the heap from ``commitOffset`` and skips
@@ -26,6 +30,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.codes import PermName, RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
+from gateway.remoting.recall_handle import timer_delete_key
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
@@ -55,6 +60,7 @@ class TimerMessageService:
         self.read_offset = 0  # units below it are in ``pending`` or delivered
         self.pending: list[tuple[int, int, int]] = []  # heap of (deliver ms, queue offset, commitlog offset)
         self.last_pass_ms = 0  # when the last delivery pass read the timer queue: units due before, delivered
+        self.recalled: set[str] = set()  # delete keys (topic+unique id) of recall markers not due yet
 
     def load(self) -> None:
         """Read timerOffset.json; the timer topic is a system topic, as in 5.x."""
@@ -65,6 +71,7 @@ class TimerMessageService:
         self.read_offset = self.commit_offset
         self.delivered = {o for o in delivered if o >= self.commit_offset}
         self.pending = []
+        self.recalled = set()
 
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.GET_TIMER_CHECK_POINT: self.get_timer_check_point}
@@ -160,6 +167,7 @@ class TimerMessageService:
                 self.delivered.add(self.read_offset)
             elif self.read_offset not in self.delivered:
                 heapq.heappush(self.pending, (unit[2], self.read_offset, unit[0]))
+                self._note_recall(unit[0])
             self.read_offset += 1
         if self.read_offset >= cq.max_offset_in_queue:  # what comes later was sent later: due after ``started``
             self.last_pass_ms = started
@@ -175,7 +183,20 @@ class TimerMessageService:
             self.delivered.remove(self.commit_offset)
             self.commit_offset += 1
 
+    def _note_recall(self, commitlog_offset: int) -> None:
+        ext = look_message(self.broker.store, commitlog_offset)
+        if ext is not None and MessageConst.TIMER_DEL_UNIQKEY in ext.properties:
+            self.recalled.add(ext.properties[MessageConst.TIMER_DEL_UNIQKEY])
+
     def _deliver(self, ext: MessageExt, now: int) -> bool:
+        marker = ext.properties.get(MessageConst.TIMER_DEL_UNIQKEY)
+        if marker is not None:  # its message was due before it: the marker is done with
+            self.recalled.discard(marker)
+            return True
+        real_topic = ext.properties.get(MessageConst.REAL_TOPIC, "")
+        if self.recalled and timer_delete_key(real_topic, ext.uniq_key or "") in self.recalled:
+            log.info("timer message {id} of {topic} recalled: not delivered", id=ext.uniq_key, topic=real_topic)
+            return True
         props = dict(ext.properties)
         topic = props.pop(MessageConst.REAL_TOPIC, None)
         queue_id = int_property(props.pop(MessageConst.REAL_QUEUE_ID, None))

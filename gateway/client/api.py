@@ -42,6 +42,8 @@ from gateway.remoting.headers import (
     PullMessageRequestHeader,
     QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
+    RecallMessageRequestHeader,
+    RecallMessageResponseHeader,
     SearchOffsetRequestHeader,
     SendMessageRequestHeader,
     TopicQueueRequestHeader,
@@ -183,6 +185,16 @@ class MQClientAPI:
         response = await self._invoke(addr, _request(RequestCode.QUERY_CONSUMER_OFFSET, header))
         _check(response, addr)
         return OffsetResponseHeader.decode(response.ext_fields).offset
+
+    async def recall_message(self, addr: str, header: RecallMessageRequestHeader, timeout: float) -> str:
+        """RECALL_MESSAGE: the recalled message's unique id (MQBrokerError when the broker refuses)."""
+        response = await self._invoke(addr, _request(RequestCode.RECALL_MESSAGE, header), timeout)
+        _check(response, addr)
+        return RecallMessageResponseHeader.decode(response.ext_fields).msg_id
+
+    async def update_consumer_offset(self, addr: str, header: UpdateConsumerOffsetRequestHeader) -> None:
+        """UPDATE_CONSUMER_OFFSET, waiting for the broker's answer."""
+        _check(await self._invoke(addr, _request(RequestCode.UPDATE_CONSUMER_OFFSET, header)), addr)
 
     def update_consumer_offset_oneway(self, addr: str, header: UpdateConsumerOffsetRequestHeader) -> Deferred:
         return self.remoting.invoke_oneway(addr, _request(RequestCode.UPDATE_CONSUMER_OFFSET, header))

@@ -84,6 +84,7 @@ class SendResult:
     transaction_id: str | None = None
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    recall_handle: str | None = None  # 5.3: a delayed message's, for RECALL_MESSAGE
 
 
 MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
@@ -423,6 +424,7 @@ class Producer:
             transaction_id=rh.transaction_id,
             region_id=ext.get(MessageConst.MSG_REGION, "DefaultRegion"),
             trace_on=ext.get(MessageConst.TRACE_SWITCH) != "false",
+            recall_handle=rh.recall_handle,
         )
         if self.trace is not None:
             self.trace.after(trace, result)

@@ -19,7 +19,11 @@ from twisted.logger import Logger
 from gateway.client.producer import Producer, SendResult, SendStatus
 from gateway.client.route import TopicPublishInfo
 from gateway.remoting.bodies import MessageQueue
-from gateway.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from gateway.remoting.headers import (
+    CheckTransactionStateRequestHeader,
+    EndTransactionRequestHeader,
+    RecallMessageRequestHeader,
+)
 from gateway.remoting.message import (
     Message,
     MessageConst,
@@ -28,6 +32,7 @@ from gateway.remoting.message import (
     decode_offset_message_id,
     java_string_hash,
 )
+from gateway.remoting.recall_handle import InvalidRecallHandle, RecallHandle
 
 from .convert import BORN_HOST, BORN_TIMESTAMP, SHARDING_KEY, SYSTEM_PROPERTY_KEYS, TRACE_CONTEXT, ProxyError, status
 from .convert import build_message as build_proto_message
@@ -42,6 +47,7 @@ if TYPE_CHECKING:
 
 log = Logger()
 
+RECALL_TIMEOUT = 2.0  # seconds, as RecallMessageActivity gives the broker
 # Transaction data outlives a half message's check immunity by this much (transactionDataExpireMillis).
 TRANSACTION_DATA_EXPIRE_MS = 30_000
 # At most this many half messages remembered at once; the oldest go first.
@@ -149,6 +155,7 @@ class ProducerActivity:
         return [
             Rpc.of("SendMessage", Kind.UNARY, self.send_message),
             Rpc.of("EndTransaction", Kind.UNARY, self.end_transaction),
+            Rpc.of("RecallMessage", Kind.UNARY, self.recall_message),
         ]
 
     async def producer(self, topic: str) -> ProxyProducer:
@@ -299,6 +306,7 @@ class ProducerActivity:
                     offset=result.queue_offset,
                     message_id=msg_id,
                     transaction_id=result.transaction_id or "",
+                    recall_handle=result.recall_handle or "",
                 )
                 for msg_id in ids
             ]
@@ -348,6 +356,24 @@ class ProducerActivity:
         )
         await self.service.instance.api.end_transaction_oneway(addr, header, None)
         return spb.EndTransactionResponse(status=status(pb.Code.OK))
+
+    # -- RecallMessage
+
+    async def recall_message(self, ctx: ProxyContext, request: Any) -> spb.RecallMessageResponse:
+        """RecallMessageActivity / ProducerProcessor.recallMessage: RECALL_MESSAGE to the broker the handle
+        names, answered with the recalled message's id."""
+        topic = validate_topic(request.topic)
+        try:
+            handle = RecallHandle.decode(request.recall_handle)
+        except InvalidRecallHandle as e:
+            # Apache says INTERNAL_SERVER_ERROR, which the SDKs would retry: the handle is the client's.
+            raise ProxyError(pb.Code.BAD_REQUEST, str(e)) from None
+        addr = await self.service.master_of(handle.broker_name, topic)
+        if addr is None:
+            raise ProxyError(pb.Code.INTERNAL_SERVER_ERROR, f"The broker[{handle.broker_name}] not exist")
+        header = RecallMessageRequestHeader(topic=topic, recall_handle=request.recall_handle, bname=handle.broker_name)
+        message_id = await self.service.instance.api.recall_message(addr, header, RECALL_TIMEOUT)
+        return spb.RecallMessageResponse(status=status(pb.Code.OK), message_id=message_id)
 
     # -- the broker's transaction checks
 

@@ -36,7 +36,7 @@ log = Logger()
 
 SERVICE_PATH = "/apache.rocketmq.v2.MessagingService/"
 # Activities beside the core ones, imported when present (the consumer RPCs are a module of their own).
-OPTIONAL_ACTIVITIES = ("gateway.proxy.consumer",)
+OPTIONAL_ACTIVITIES = ("gateway.proxy.consumer", "gateway.proxy.offsets")
 
 
 @dataclass(slots=True)
@@ -142,6 +142,13 @@ class MessagingService:
 
     def now_ms(self) -> int:
         return int(self.reactor.seconds() * 1000)
+
+    async def master_of(self, broker_name: str, topic: str) -> str | None:
+        """The address of ``broker_name``'s master, reading ``topic``'s route once when it is not known."""
+        addr = self.instance.find_broker_addr_in_publish(broker_name)
+        if addr is None and await self.instance.update_topic_route_from_namesrv(topic):
+            addr = self.instance.find_broker_addr_in_publish(broker_name)
+        return addr
 
     # -- the gRPC method table
 

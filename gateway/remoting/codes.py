@@ -101,6 +101,7 @@ class RequestCode(IntEnum):
     GET_TOPIC_CONFIG = 351  # 5.x: one topic's config (5.x mqadmin consumerProgress asks for it)
     GET_SUBSCRIPTIONGROUP_CONFIG = 352  # 5.x: one group's config (the gRPC proxy's retry policy)
     LITE_PULL_MESSAGE = 361
+    RECALL_MESSAGE = 370  # 5.3: withdraw a delayed message before its delivery time
     # 5.x: load balancing done by the broker (lite pull and POP consumers).
     QUERY_ASSIGNMENT = 400
     SET_MESSAGE_REQUEST_MODE = 401
@@ -176,6 +177,7 @@ class ResponseCode(IntEnum):
     POLLING_FULL = 209
     POLLING_TIMEOUT = 210
     BROKER_NOT_EXIST = 211
+    ILLEGAL_OPERATION = 604  # 5.3: e.g. a recall handle that does not decode or match
     # 5.x controller answers.
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001

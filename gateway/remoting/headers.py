@@ -287,6 +287,7 @@ class SendMessageResponseHeader(CommandHeader):
     queue_id: int = wire("queueId", int, required=True)
     queue_offset: int = wire("queueOffset", int, required=True)
     transaction_id: str | None = wire("transactionId")
+    recall_handle: str | None = wire("recallHandle")  # 5.3: of a delayed message
 
 
 # ---------------------------------------------------------------------------- pull
@@ -827,3 +828,21 @@ class PollingInfoRequestHeader(CommandHeader):
 @dataclass(slots=True)
 class PollingInfoResponseHeader(CommandHeader):
     polling_num: int = wire("pollingNum", int, required=True, default=0)
+
+
+# ---------------------------------------------------------------------------- recall (5.3)
+
+
+@dataclass(slots=True)
+class RecallMessageRequestHeader(CommandHeader):
+    """RECALL_MESSAGE (370): the recall handle a delayed message's send answered."""
+
+    topic: str = wire("topic", Topic, required=True)
+    recall_handle: str = wire("recallHandle", required=True)
+    producer_group: str | None = wire("producerGroup")
+    bname: str | None = wire("bname")
+
+
+@dataclass(slots=True)
+class RecallMessageResponseHeader(CommandHeader):
+    msg_id: str = wire("msgId", required=True)

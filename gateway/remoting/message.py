@@ -60,6 +60,7 @@ class MessageConst:
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
     TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall marker: the timer drops the message it names
     TIMER_OUT_MS = "TIMER_OUT_MS"
     TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
     KEY_SEPARATOR = " "

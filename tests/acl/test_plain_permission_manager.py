@@ -136,6 +136,8 @@ def test_resources_of_each_request() -> None:
         RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "cg", "topic": "T", "queueId": "0", "commitOffset": "1"}
     )
     assert needs(offsets) == {"%RETRY%cg": SUB, "T": SUB}
+    recall = RemotingCommand.request(RequestCode.RECALL_MESSAGE, {"topic": "T", "recallHandle": "h"})
+    assert needs(recall) == {"T": PUB}
     heartbeat = RemotingCommand.request(
         RequestCode.HEART_BEAT,
         {},

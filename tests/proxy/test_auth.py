@@ -86,3 +86,17 @@ def test_resources_of_requests() -> None:
     assert needed_resources(heartbeat) == {"%RETRY%G": 8}
     end = spb.EndTransactionRequest(topic=pb.Resource(name="T"))
     assert needed_resources(end) == {"T": 4}
+
+
+def test_pull_and_offsets_need_subscribe_permission(auth: AclAuthenticator) -> None:
+    def on(topic: str) -> pb.MessageQueue:
+        return pb.MessageQueue(topic=pb.Resource(name=topic), id=0, broker=pb.Broker(name="b"))
+
+    group = pb.Resource(name="G")
+    auth.check(ctx(), spb.PullMessageRequest(group=group, message_queue=on("Reports")))
+    auth.check(ctx(), spb.QueryOffsetRequest(message_queue=on("Reports")))
+    assert refusal(auth, ctx(), spb.PullMessageRequest(group=group, message_queue=on("Orders"))) == (
+        "No default permission for topic:Orders"
+    )
+    update = spb.UpdateOffsetRequest(group=group, message_queue=on("Orders"), offset=1)
+    assert refusal(auth, ctx(), update) == "No default permission for topic:Orders"

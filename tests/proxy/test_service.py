@@ -368,9 +368,9 @@ async def test_broker_requests_relayed_to_a_consumer_over_telemetry(proxy: Proxy
 
 @pytest_twisted.ensureDeferred
 async def test_rpcs_nobody_serves_are_unimplemented(proxy: Proxy) -> None:
-    request = spb.RecallMessageRequest(topic=pb.Resource(name="T"), recall_handle="h")
+    request = spb.SyncLiteSubscriptionRequest(topic=pb.Resource(name="T"), group=pb.Resource(name="G"))
     with pytest.raises(grpc.RpcError) as e:
-        await proxy.call("RecallMessage", request, spb.RecallMessageResponse)
+        await proxy.call("SyncLiteSubscription", request, spb.SyncLiteSubscriptionResponse)
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 

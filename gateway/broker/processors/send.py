@@ -35,7 +35,9 @@ from gateway.remoting.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     InvalidNameError,
 )
+from gateway.remoting.recall_handle import RecallHandle
 from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+from gateway.store.message_store import TIMER_TOPIC
 
 from ..inner import inner_from_ext, look_message
 from ..managers import retry_topic
@@ -281,8 +283,21 @@ class SendMessageProcessor:
             if remark is not None:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
+            if result.ok and msg.topic == TIMER_TOPIC:
+                self._attach_recall_handle(props, ext)
         # The answer names the requested queue even when the message is parked in a system queue.
         return self._respond(request, result, msg.topic, queue_id, ext, wait_store_msg_ok(header.properties))
+
+    def _attach_recall_handle(self, props: dict[str, str], ext: dict[str, str]) -> None:
+        """attachRecallHandle: a parked timer message's answer carries the handle that can withdraw it (not a
+        retry's: those are the broker's own)."""
+        real_topic = props.get(MessageConst.REAL_TOPIC)
+        unique_id = props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        if real_topic is None or unique_id is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return
+        # One past the delivery time, as Apache's (its timer wheel slots are floored).
+        timestamp = str(int(props[MessageConst.TIMER_OUT_MS]) + 1)
+        ext["recallHandle"] = RecallHandle(real_topic, self.broker.config.brokerName, timestamp, unique_id).encode()
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
