@@ -839,7 +839,7 @@ class RecallMessageRequestHeader(CommandHeader):
 
     topic: str = wire("topic", Topic, required=True)
     recall_handle: str = wire("recallHandle", required=True)
-    producer_group: str | None = wire("producerGroup")
+    producer_group: str | None = wire("producerGroup", Group)
     bname: str | None = wire("bname")
 
 
