@@ -1,14 +1,14 @@
 """Consume with a SimpleConsumer or a PushConsumer: {"endpoint", "topic", "group", "kind": "simple"|"push",
 "expression", "sql": bool, "send": [spec], "want": n, "retry_first": bool, "fail": {body: n}, "slow": {body: seconds},
-"wait": seconds}.
+"wait": seconds, "from_committed": bool}.
 
-The consumer starts first (a new group pops from the queues' ends), then a Producer sends ``send``. Each message is
-acknowledged, except that with ``retry_first`` a first delivery is not, nor the first ``fail[body]`` deliveries of
-a body: a simple consumer changes its invisible duration to 1 s, a push consumer's listener answers FAILURE; it must
-come back (as attempt 2, or retried in place by a FIFO push consumer). A push listener takes ``slow[body]`` seconds
-over a body (what arrives meanwhile comes in one batch). Answers {"received": [{"body", "tag", "keys",
-"props", "group", "attempt", "id", "at"} per delivery ("at": seconds since start)]} once ``want`` messages were
-acknowledged, or after ``wait`` seconds.
+The consumer starts first (a new group pops from the queues' ends, unless ``from_committed``: from the offsets
+committed for it), then a Producer sends ``send``. Each message is acknowledged, except that with ``retry_first`` a
+first delivery is not, nor the first ``fail[body]`` deliveries of a body: a simple consumer changes its invisible
+duration to 1 s, a push consumer's listener answers FAILURE; it must come back (as attempt 2, or retried in place by
+a FIFO push consumer). A push listener takes ``slow[body]`` seconds over a body (what arrives meanwhile comes in one
+batch). Answers {"received": [{"body", "tag", "keys", "props", "group", "attempt", "id", "at"} per delivery ("at":
+seconds since start)]} once ``want`` messages were acknowledged, or after ``wait`` seconds.
 """
 
 import threading
@@ -74,7 +74,8 @@ if a["kind"] == "push":
 else:
     consumer = SimpleConsumer(config, a["group"], subscription, await_duration=2)
     consumer.startup()
-    consumer.receive(16, 10)  # places the group at the queues' ends
+    if not a.get("from_committed"):  # else the group's offsets were set beforehand
+        consumer.receive(16, 10)  # places the group at the queues' ends
 producer = Producer(config, (a["topic"],))
 producer.startup()
 for spec in a["send"]:
