@@ -12,8 +12,8 @@ Each round runs both paths against the same process (namesrv + broker + gRPC end
   same number of threads, then pulls of ``--batch`` per queue with the offset committed after each.
 
 Printed: send msgs/s and p50/p99 latency, receive msgs/s and p99 of one receive (or pull) call, and the server
-process's CPU per message over each phase (its threads' ``/proc/<pid>/task/*/schedstat``), with gRPC/remoting ratios. Each path uses a topic
-and group of its own so that neither sees the other's messages.
+process's CPU per message over each phase (its threads' ``/proc/<pid>/task/*/schedstat``), with gRPC/remoting
+ratios. Each path uses a topic and group of its own so that neither sees the other's messages.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -34,13 +33,11 @@ from typing import Any
 from compat_tests.sdk5 import sdk5_python
 from compat_tests.servers import GatewayServers
 
+from .sdk5_driver import cpu, timed_sends
+
 DRIVER = Path(__file__).with_name("sdk5_driver.py")
 QUEUES = 8
 _names = itertools.count()
-
-
-def _cpu() -> float:
-    return time.process_time()  # ns resolution: the times() ticks are 10 ms, a short drain's whole cost
 
 
 def _proc_cpu(pid: int) -> float:
@@ -63,31 +60,17 @@ def remoting_driver(a: dict[str, Any]) -> dict[str, Any]:
     from gateway.client.consumer import PullStatus
 
     body = b"x" * a["size"]
-    per_thread = a["messages"] // a["threads"]
-    latencies: list[list[float]] = [[] for _ in range(a["threads"])]
     with blocking.Producer(f"{a['group']}P", a["namesrv"]) as producer:
         producer.send(build_message(a["topic"], body))  # routes and connection, outside the timing
+        figures = timed_sends(
+            lambda: producer.send(build_message(a["topic"], body)), a["threads"], a["messages"] // a["threads"]
+        )
 
-        def send(out: list[float]) -> None:
-            for _ in range(per_thread):
-                start = time.perf_counter()
-                producer.send(build_message(a["topic"], body))
-                out.append(time.perf_counter() - start)
-
-        threads = [threading.Thread(target=send, args=(latencies[i],)) for i in range(a["threads"])]
-        cpu0, start = _cpu(), time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        send_s, send_cpu = time.perf_counter() - start, _cpu() - cpu0
-        print(json.dumps({"phase": "sent"}), flush=True)  # the benchmark reads the server's CPU here
-
-    wanted, received, pull_latencies = per_thread * a["threads"] + 1, 0, []
+    wanted, received, pull_latencies = figures["sent"] + 1, 0, []
     with blocking.PullConsumer(a["group"], a["namesrv"]) as consumer:
         queues = consumer.fetch_subscribe_message_queues(a["topic"])
         offsets = {mq: 0 for mq in queues}
-        cpu0, start = _cpu(), time.perf_counter()
+        cpu0, start = cpu(), time.perf_counter()
         deadline = start + 120
         while received < wanted and time.perf_counter() < deadline:
             for mq in queues:
@@ -99,17 +82,13 @@ def remoting_driver(a: dict[str, Any]) -> dict[str, Any]:
                     offsets[mq] = result.next_begin_offset
                     consumer.update_consume_offset(mq, offsets[mq])
         consumer.persist_consumer_offset()
-        receive_s, receive_cpu = time.perf_counter() - start, _cpu() - cpu0
-    return {
-        "sent": wanted - 1,
-        "send_s": send_s,
-        "send_latencies": sorted(x for part in latencies for x in part),
-        "send_client_cpu": send_cpu,
-        "received": received - 1,
-        "receive_s": receive_s,
-        "receive_latencies": sorted(pull_latencies),
-        "receive_client_cpu": receive_cpu,
-    }
+    figures.update(
+        received=received - 1,  # less the message sent before the timing
+        receive_s=time.perf_counter() - start,
+        receive_latencies=sorted(pull_latencies),
+        receive_client_cpu=cpu() - cpu0,
+    )
+    return figures
 
 
 def _run_driver(argv: list[str], server_pid: int) -> tuple[dict[str, Any], float, float]:

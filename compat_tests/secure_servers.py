@@ -5,6 +5,7 @@ Import the fixtures into a test module to use them there.
 
 from __future__ import annotations
 
+import json
 import ssl
 from collections.abc import Iterator
 
@@ -42,6 +43,21 @@ def acl_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySer
     (root / "home" / "conf").mkdir(parents=True)
     (root / "home" / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
     s = GatewayServers(root, {"aclEnable": "true", "rocketmqHome": str(root / "home")}, sign=ADMIN.sign).start()
+    s.create_topic("DeniedTopic")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def acl_grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    """``acl_servers`` whose gRPC endpoint (the proxy inside) signs its own broker requests as the broker's inner
+    client, as the broker checks them too."""
+    root = tmp_path_factory.mktemp("gateway-acl-grpc")
+    (root / "home" / "conf").mkdir(parents=True)
+    (root / "home" / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    inner = json.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
+    config = {"aclEnable": "true", "rocketmqHome": str(root / "home"), "innerClientAuthenticationCredentials": inner}
+    s = GatewayServers(root, config, sign=ADMIN.sign).start()
     s.create_topic("DeniedTopic")
     yield s
     s.stop()

@@ -4,7 +4,6 @@ through Telemetry), TLS and plaintext on one port, ACL accounts allowed and refu
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from gateway.tls import certs
 
 from . import sdk5_node
 from .conftest import FAST_CONFIG
-from .secure_servers import ADMIN, APP, PLAIN_ACL_YML
+from .secure_servers import ADMIN, APP, acl_grpc_servers  # noqa: F401
 from .servers import GatewayServers
 from .test_sdk5_python import flat, pull_all, topic_on
 
@@ -120,37 +119,27 @@ def test_tls_and_plaintext_on_one_port(tmp_path: Path, pki: certs.DevPki) -> Non
         servers.stop()
 
 
-def test_acl_account_allowed_and_refused(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    (home / "conf").mkdir(parents=True)
-    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
-    # The broker checks the proxy's own requests too: it signs them as the broker's inner client.
-    inner = json.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
-    config = {"aclEnable": "true", "rocketmqHome": str(home), "innerClientAuthenticationCredentials": inner}
-    servers = GatewayServers(tmp_path / "gateway", config, sign=ADMIN.sign).start()
-    try:
-        topic = topic_on(servers, "Sdk5NodeAcl")
-        servers.create_topic("DeniedTopic")
-        app = {"access_key": APP.access_key, "secret_key": APP.secret_key}
-        consumer = sdk5_node.start("simple_consumer", servers.grpc_addr, topic, group="AppGroup", acks=1, **app)
-        time.sleep(1)  # its first receive places the group
-        sdk5_node.produce(tmp_path, servers.grpc_addr, topic, [{"i": 0, "body": "signed"}], **app)
-        consumed = consumer.finish()
-        assert consumed.returncode == 0 and [m["body"] for m in consumed.of("msg")] == ["signed"], consumed.describe()
-        specs = sdk5_node.spec_file(tmp_path, [{"i": 0, "body": "refused"}])
-        denied = sdk5_node.run("producer", servers.grpc_addr, "DeniedTopic", timeout=30, messages=specs, **app)
-        # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
-        (error,) = denied.of("error")
-        assert UNAUTHORIZED in error["error"] and "DeniedTopic" in error["error"], denied.describe()
-        wrong = {**app, "secret_key": "not-the-secret"}
-        refused = sdk5_node.run("producer", servers.grpc_addr, topic, timeout=30, messages=specs, **wrong)
-        (error,) = refused.of("error")
-        assert UNAUTHORIZED in error["error"] and "Check signature failed" in error["error"], refused.describe()
-        # A consumer group the account may not use: refused by the Telemetry settings check at startup.
-        group = sdk5_node.run("simple_consumer", servers.grpc_addr, topic, timeout=30, group="DeniedGroup", **app)
-        (error,) = group.of("error")
-        assert UNAUTHORIZED in error["error"] and "DeniedGroup" in error["error"], group.describe()
-        got = flat(pull_all(servers, topic, 1, security=ClientSecurity(ADMIN)))
-        assert [m.body for m in got] == [b"signed"]
-    finally:
-        servers.stop()
+def test_acl_account_allowed_and_refused(acl_grpc_servers: GatewayServers, tmp_path: Path) -> None:  # noqa: F811
+    servers = acl_grpc_servers
+    topic = topic_on(servers, "Sdk5NodeAcl")
+    app = {"access_key": APP.access_key, "secret_key": APP.secret_key}
+    consumer = sdk5_node.start("simple_consumer", servers.grpc_addr, topic, group="AppGroup", acks=1, **app)
+    time.sleep(1)  # its first receive places the group
+    sdk5_node.produce(tmp_path, servers.grpc_addr, topic, [{"i": 0, "body": "signed"}], **app)
+    consumed = consumer.finish()
+    assert consumed.returncode == 0 and [m["body"] for m in consumed.of("msg")] == ["signed"], consumed.describe()
+    specs = sdk5_node.spec_file(tmp_path, [{"i": 0, "body": "refused"}])
+    denied = sdk5_node.run("producer", servers.grpc_addr, "DeniedTopic", timeout=30, messages=specs, **app)
+    # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
+    (error,) = denied.of("error")
+    assert UNAUTHORIZED in error["error"] and "DeniedTopic" in error["error"], denied.describe()
+    wrong = {**app, "secret_key": "not-the-secret"}
+    refused = sdk5_node.run("producer", servers.grpc_addr, topic, timeout=30, messages=specs, **wrong)
+    (error,) = refused.of("error")
+    assert UNAUTHORIZED in error["error"] and "Check signature failed" in error["error"], refused.describe()
+    # A consumer group the account may not use: refused by the Telemetry settings check at startup.
+    group = sdk5_node.run("simple_consumer", servers.grpc_addr, topic, timeout=30, group="DeniedGroup", **app)
+    (error,) = group.of("error")
+    assert UNAUTHORIZED in error["error"] and "DeniedGroup" in error["error"], group.describe()
+    got = flat(pull_all(servers, topic, 1, security=ClientSecurity(ADMIN)))
+    assert [m.body for m in got] == [b"signed"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import re
 import subprocess
@@ -30,7 +29,7 @@ from gateway.tls import certs
 
 from .conftest import FAST_CONFIG
 from .sdk5 import run_scenario
-from .secure_servers import ADMIN, APP, PLAIN_ACL_YML
+from .secure_servers import ADMIN, APP, acl_grpc_servers  # noqa: F401
 from .servers import GatewayServers, call
 
 pytestmark = pytest.mark.compat
@@ -196,29 +195,19 @@ def test_tls_and_plaintext_on_one_port(tmp_path: Path, pki: certs.DevPki) -> Non
         servers.stop()
 
 
-def test_acl_account_allowed_and_refused(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    (home / "conf").mkdir(parents=True)
-    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL_YML)
-    # The broker checks the proxy's own requests too: it signs them as the broker's inner client.
-    inner = json.dumps({"accessKey": ADMIN.access_key, "secretKey": ADMIN.secret_key})
-    config = {"aclEnable": "true", "rocketmqHome": str(home), "innerClientAuthenticationCredentials": inner}
-    servers = GatewayServers(tmp_path / "gateway", config, sign=ADMIN.sign).start()
-    try:
-        topic = topic_on(servers, "Sdk5Acl")
-        servers.create_topic("DeniedTopic")
-        base = {"endpoint": servers.grpc_addr, "messages": [{"body": "signed"}]}
-        allowed = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": APP.secret_key})
-        assert "error" not in allowed, allowed
-        denied = run_scenario("producer", {**base, "topic": "DeniedTopic", "ak": APP.access_key, "sk": APP.secret_key})
-        # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
-        assert "DeniedTopic" in denied.get("error", ""), denied
-        wrong = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": "not-the-secret"})
-        assert "error" in wrong, wrong
-        got = flat(pull_all(servers, topic, 1, security=ClientSecurity(ADMIN)))
-        assert [m.body for m in got] == [b"signed"]
-    finally:
-        servers.stop()
+def test_acl_account_allowed_and_refused(acl_grpc_servers: GatewayServers) -> None:  # noqa: F811
+    servers = acl_grpc_servers
+    topic = topic_on(servers, "Sdk5Acl")
+    base = {"endpoint": servers.grpc_addr, "messages": [{"body": "signed"}]}
+    allowed = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": APP.secret_key})
+    assert "error" not in allowed, allowed
+    denied = run_scenario("producer", {**base, "topic": "DeniedTopic", "ak": APP.access_key, "sk": APP.secret_key})
+    # Refused from its first call (QueryRoute needs PUB or SUB on the topic).
+    assert "DeniedTopic" in denied.get("error", ""), denied
+    wrong = run_scenario("producer", {**base, "topic": topic, "ak": APP.access_key, "sk": "not-the-secret"})
+    assert "error" in wrong, wrong
+    got = flat(pull_all(servers, topic, 1, security=ClientSecurity(ADMIN)))
+    assert [m.body for m in got] == [b"signed"]
 
 
 def _consume(servers: GatewayServers, kind: str, count: int, **options) -> list[dict]:
