@@ -29,7 +29,7 @@ from h2.events import (
     StreamReset,
     WindowUpdated,
 )
-from h2.exceptions import H2Error, StreamClosedError
+from h2.exceptions import H2Error
 from h2.settings import SettingCodes
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.protocol import Factory, Protocol
@@ -355,6 +355,8 @@ class GrpcProtocol(Protocol):
         sid = call.stream_id
         if self.calls.get(sid) is not call:
             return
+        if not call._outbound and call._trailers is None:
+            return  # nothing to say yet: no headers either (a window update flushes every call)
         try:
             headers = call.response_headers()
             if headers is not None:
@@ -374,7 +376,10 @@ class GrpcProtocol(Protocol):
             if call._trailers is not None and not call._outbound:
                 self.conn.send_headers(sid, call._trailers, end_stream=True)
                 self._closed(call)
-        except StreamClosedError:
+        except H2Error as e:
+            # The client reset or closed the stream in the batch being handled (h2 may already have forgotten it):
+            # that call is over, the connection and its other calls are not.
+            log.debug("stream {sid} from {peer} gone: {error}", sid=sid, peer=self.peer, error=e)
             self._closed(call)
         finally:
             self._write()

@@ -269,3 +269,28 @@ def test_connections_beyond_the_limit_are_closed_at_once(tmp_path: Path) -> None
         for client in clients:
             client.close()
         servers.stop()
+
+
+def test_a_stream_reset_beside_a_window_update_ends_that_call_only(gateway: GatewayServers) -> None:
+    """One read holding a WINDOW_UPDATE, the reset of a waiting call and a new call: h2 has forgotten the reset
+    stream (the new call made it count its open streams) when the window update makes the server flush its calls.
+    That must end the reset call alone, not the connection (it did: TooManyStreamsError out of dataReceived)."""
+    client = H2Client(gateway)
+    try:
+        waiting = client.start_call(TELEMETRY, (("x-mq-client-id", "hostile-reset"),))
+        time.sleep(0.2)  # the server holds the call, waiting for its settings
+        client.conn.increment_flow_control_window(65535)
+        client.conn.reset_stream(waiting, h2.errors.ErrorCodes.CANCEL)
+        sid = client.conn.get_next_available_stream_id()
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", QUERY_ROUTE), (":authority", "x"),
+                   ("content-type", "application/grpc"), ("te", "trailers"),
+                   ("x-mq-client-id", "hostile-reset")]  # fmt: skip
+        request = spb.QueryRouteRequest(topic=pb.Resource(name="HostileT"))
+        request.endpoints.addresses.add(host="127.0.0.1", port=gateway.grpc_port)
+        client.conn.send_headers(sid, headers)
+        client.conn.send_data(sid, frame(request.SerializeToString()), end_stream=True)
+        client.flush()  # all in one write
+        assert client.grpc_status(sid) == ("0", "")
+    finally:
+        client.close()
+    assert_served(gateway)
