@@ -139,15 +139,15 @@ class TelemetryActivity:
         if settings.WhichOneof("pub_sub") is None:
             call.finish(GrpcStatus.INVALID_ARGUMENT, "there is no publishing or subscription data in settings")
             return None
-        if not ctx.client_id.strip():
-            raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
         try:
+            if not ctx.client_id.strip():
+                raise ProxyError(pb.Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
             self.service.check_access(ctx, settings)
         except ProxyError as e:
-            # Apache checks access in its request pipeline, before ClientActivity: a refusal is a status-only
-            # TelemetryCommand on the open stream (the SDKs fail their startup on it), not the stream's end.
+            # Apache checks the client id and access in its request pipeline, before ClientActivity: a refusal is
+            # a status-only TelemetryCommand on the open stream (the SDKs fail their startup on it), not its end.
             call.send(spb.TelemetryCommand(status=status_of(e)))
-            return
+            return None
         client = self.service.clients.apply_settings(ctx, settings)
         client.telemetry = call
         return ensureDeferred(self.merged_settings(settings))

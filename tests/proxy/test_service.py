@@ -243,6 +243,25 @@ async def consumer_settings(proxy: Proxy, group: str, topic: str, client_id: str
 
 
 @pytest_twisted.ensureDeferred
+async def test_telemetry_without_a_client_id_is_answered_on_the_open_stream(proxy: Proxy) -> None:
+    """As Apache's request pipeline: a status-only TelemetryCommand (the SDKs fail their startup on it), where
+    ending the stream would have them open it again forever."""
+    settings = pb.Settings(client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T")]))
+    fn = proxy.channel.stream_stream(
+        SERVICE + "Telemetry", spb.TelemetryCommand.SerializeToString, spb.TelemetryCommand.FromString
+    )
+
+    def first_answer() -> spb.TelemetryCommand:
+        stream = fn(iter([spb.TelemetryCommand(settings=settings)]), timeout=5)
+        answer = next(stream)
+        stream.cancel()
+        return answer
+
+    answer = await deferToThread(first_answer)
+    assert answer.status == pb.Status(code=pb.Code.CLIENT_ID_REQUIRED, message="client id cannot be empty")
+
+
+@pytest_twisted.ensureDeferred
 async def test_consumer_settings_and_assignment_follow_the_group_config(proxy: Proxy) -> None:
     topic = await proxy.topic(queues=3)
     fifo_group, plain_group = f"ProxyFifo{next(_names)}", f"ProxyPlain{next(_names)}"
