@@ -14,7 +14,7 @@ import base64
 import binascii
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from enum import Enum
+from enum import Enum, IntEnum
 from typing import Any, ClassVar, Self
 
 from ..remoting import fastjson
@@ -92,6 +92,8 @@ def _enum(cls: type[Enum]) -> Callable[[Any], Enum]:
 def _write(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
+    if isinstance(value, IntEnum):  # a DLedgerResponseCode given as ``code``
+        return int(value)
     if isinstance(value, Enum):
         return value.name
     if isinstance(value, list):
