@@ -159,7 +159,7 @@ class RequestOrResponse:
                 continue
             try:
                 values[name] = read(value)
-            except (ValueError, RecursionError) as e:
+            except ValueError as e:
                 raise DLedgerProtocolError(f"{cls.__name__} field '{key}': {e}") from None
         return cls(**values)
 
