@@ -268,7 +268,8 @@ class DLedgerFileStore:
 
     def persist_checkpoint(self) -> None:
         """Write ``checkpoint`` (``endIndex``, ``committedIndex``) atomically, the previous one kept as ``.bak``."""
-        props = {END_INDEX_KEY: str(self.ledger_end_index), COMMITTED_INDEX_KEY: str(self.committed_index)}
+        # The order Java 9+ writes them in (DLedger iterates a Properties).
+        props = {COMMITTED_INDEX_KEY: str(self.committed_index), END_INDEX_KEY: str(self.ledger_end_index)}
         write_atomically(self.checkpoint_path, format_properties(props).encode())
 
     def _load_checkpoint(self) -> dict[str, str] | None:
