@@ -13,6 +13,7 @@ from gateway.config import parse_properties
 from gateway.dledger.codes import DLedgerResponseCode
 from gateway.dledger.entry import BODY_OFFSET, INDEX_UNIT_SIZE, DLedgerEntry, IndexEntry
 from gateway.dledger.store import DLedgerFileStore, DLedgerStoreConfig, DLedgerStoreError
+from gateway.store.mapped_file import StoreLoadError
 
 DATA_FILE = 256  # small files so that entries roll over
 INDEX_FILE = INDEX_UNIT_SIZE * 4
@@ -181,3 +182,30 @@ def test_follower_append_refuses_a_wrong_position(tmp_path: Path) -> None:
         store.append_as_follower(DLedgerEntry(index=0, term=1, pos=64, body=b"x"))
     assert out.value.code is DLedgerResponseCode.DISK_ERROR
     assert store.ledger_end_index == -1
+
+
+def test_truncate_beyond_our_files_restarts_the_log_there(tmp_path: Path) -> None:
+    """A follower far behind a leader whose old files are gone takes the leader's first entry as its own first."""
+    store = open_store(tmp_path)
+    store.append_as_leader(b"old", term=1)
+    first = DLedgerEntry(index=10, term=2, pos=3 * DATA_FILE + 40, body=b"leader's first")
+    assert store.truncate(first) == 10
+    assert (store.ledger_begin_index, store.ledger_end_index, store.ledger_end_term) == (10, 10, 2)
+    assert store.get(10) == first
+    assert sorted(os.listdir(data_dir(tmp_path))) == [f"{3 * DATA_FILE:020d}"]
+    nxt = DLedgerEntry(index=11, term=2, pos=first.pos + first.size, body=b"next")
+    store.append_as_follower(nxt)
+    assert store.get(11) == nxt
+    with pytest.raises(DLedgerStoreError) as out:
+        store.get(9)
+    assert out.value.code is DLedgerResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+
+
+def test_missing_data_file_in_the_middle_refuses_to_open(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    for i in range(20):
+        store.append_as_leader(body(i), term=1)
+    store.close()
+    (data_dir(tmp_path) / f"{DATA_FILE:020d}").unlink()
+    with pytest.raises(StoreLoadError, match="files missing in between"):
+        open_store(tmp_path)
