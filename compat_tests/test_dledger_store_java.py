@@ -4,12 +4,13 @@ ours extended opens in Java's."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from gateway.dledger.store import DLedgerFileStore, DLedgerStoreConfig
+from tests.dledger.test_store import DATA_FILE, INDEX_FILE, open_store
 
 from .apache_broker import CLASSPATH, CLASSPATH_ENV
 from .servers import jdk_tool
@@ -20,25 +21,14 @@ if not CLASSPATH or "dledger" not in CLASSPATH:
 pytestmark = pytest.mark.compat
 
 SOURCE = Path(__file__).resolve().parent / "java_dledger" / "DLedgerStoreFiles.java"
-DATA_FILE, INDEX_FILE = 256, 128  # small: entries roll over several data and index files
 COUNT, TERM = 20, 3
+
+
+LOGBACK_LINE = re.compile(r"\d\d:\d\d:\d\d\.\d{3} \[")
 
 
 def body(i: int) -> bytes:
     return f"java-{i}-".encode() * (1 + i % 3)  # what the Java program appends
-
-
-def open_store(base: Path) -> DLedgerFileStore:
-    store = DLedgerFileStore(
-        DLedgerStoreConfig(
-            store_base_dir=str(base),
-            self_id="n0",
-            mapped_file_size_for_entry_data=DATA_FILE,
-            mapped_file_size_for_entry_index=INDEX_FILE,
-        )
-    )
-    store.open()
-    return store
 
 
 def files(base: Path) -> dict[str, bytes]:
@@ -57,7 +47,8 @@ def test_store_files_interchangeable_with_dledger(tmp_path: Path) -> None:
         cmd = [jdk_tool("java"), "-cp", f"{tmp_path}:{CLASSPATH}", "DLedgerStoreFiles", *map(str, args)]
         ran = subprocess.run(cmd, capture_output=True, timeout=60)
         assert ran.returncode == 0, ran.stderr.decode()
-        return ran.stdout.decode().splitlines()
+        # A broker classpath brings logback, which logs DLedger's INFO lines to stdout: not the program's output.
+        return [line for line in ran.stdout.decode().splitlines() if not LOGBACK_LINE.match(line)]
 
     theirs, ours = tmp_path / "java", tmp_path / "ours"
     java("write", theirs, DATA_FILE, INDEX_FILE, COUNT, TERM)

@@ -67,8 +67,11 @@ def boot_and_stop(tmp_path: Path, config: StoreConfig) -> str:
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             assert proc.stdout is not None and proc.stderr is not None
-            line = proc.stdout.readline()
-            assert "boot success" in line, line + proc.stdout.read() + proc.stderr.read()
+            # Warnings may come first (a VIP port taken by another test's connection): read up to the ready line.
+            seen = []
+            while (line := proc.stdout.readline()) and "boot success" not in line:
+                seen.append(line)
+            assert line, "".join(seen) + proc.stderr.read()
             proc.send_signal(signal.SIGTERM)
             _, stderr = proc.communicate(timeout=30)
         finally:
