@@ -207,10 +207,7 @@ class ConsumerActivity:
 
     async def _handle_addr(self, handle: ReceiptHandle, topic: str) -> str:
         """ClusterMessageService.resolveBrokerAddrInReceiptHandle: the master of the handle's broker."""
-        instance = self.service.instance
-        addr = instance.find_broker_addr_in_publish(handle.broker_name)
-        if addr is None and await instance.update_topic_route_from_namesrv(topic):
-            addr = instance.find_broker_addr_in_publish(handle.broker_name)
+        addr = await self.service.master_of(handle.broker_name, topic)
         if addr is None:
             raise ProxyError(pb.Code.INVALID_RECEIPT_HANDLE, f"cannot find broker {handle.broker_name}")
         return addr

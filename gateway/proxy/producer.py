@@ -338,10 +338,7 @@ class ProducerActivity:
         data = self.service.transactions.pop(topic, request.transaction_id)
         if data is None:
             raise ProxyError(pb.Code.INVALID_TRANSACTION_ID, "cannot found transaction data")
-        addr = data.broker_addr or self.service.instance.find_broker_addr_in_publish(data.broker_name)
-        if addr is None:
-            await self.service.instance.update_topic_route_from_namesrv(topic)
-            addr = self.service.instance.find_broker_addr_in_publish(data.broker_name)
+        addr = data.broker_addr or await self.service.master_of(data.broker_name, topic)
         if addr is None:
             raise ProxyError(pb.Code.INTERNAL_SERVER_ERROR, f"The broker[{data.broker_name}] not exist")
         header = EndTransactionRequestHeader(
