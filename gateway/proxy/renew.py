@@ -22,6 +22,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from gateway.client.errors import MQBrokerError
+from gateway.remoting.bodies import DEFAULT_RETRY_STEPS_MS
 
 from .convert import ProxyError
 from .receipt_handle import ReceiptHandle
@@ -33,10 +34,6 @@ log = Logger()
 
 # RenewStrategyPolicy: the invisible time of the n-th renewal.
 RENEW_POLICY_MS = (60_000, 180_000, 300_000, 600_000, 1_800_000, 3_600_000)
-# CustomizedRetryPolicy, a group's default: a message out of renewals comes back after its delay.
-RETRY_POLICY_MS = tuple(
-    s * 1000 for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
 # Apache's renewThreadPoolQueueCapacity: renewals waiting for a broker at once; the rest wait for the next scan.
 MAX_RENEWS_IN_FLIGHT = 300
 
@@ -50,8 +47,9 @@ def renew_delay(renew_times: int) -> int:
 
 
 def retry_delay(reconsume_times: int) -> int:
-    """CustomizedRetryPolicy.nextDelayDuration."""
-    return RETRY_POLICY_MS[min(max(reconsume_times, 0) + 2, len(RETRY_POLICY_MS) - 1)]
+    """CustomizedRetryPolicy.nextDelayDuration of a group's default policy: a message out of renewals comes back
+    after it."""
+    return DEFAULT_RETRY_STEPS_MS[min(max(reconsume_times, 0) + 2, len(DEFAULT_RETRY_STEPS_MS) - 1)]
 
 
 @dataclass(slots=True)
