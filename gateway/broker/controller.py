@@ -17,7 +17,7 @@ from twisted.logger import Logger
 
 from gateway.acl.admin import acl_disabled_handlers
 from gateway.acl.broker_acl import BrokerAcl
-from gateway.persist import StateFileError, corrupt_state_files
+from gateway.persist import corrupt_state_files
 from gateway.remoting.bodies import TopicConfig
 from gateway.remoting.budget import MemoryBudget
 from gateway.remoting.client import RemotingClient
@@ -278,6 +278,9 @@ class BrokerController(service.Service):
         self.tls.stop()
         if self.acl is not None:
             self.acl.stop()
+        # A write the tables asked for while loading would land after this start failed, over a later start's.
+        self.topics.file.cancel()
+        self.groups.file.cancel()
         self.store.shutdown()
 
     def _log_slave_fall_behind(self) -> None:
@@ -341,22 +344,18 @@ class BrokerController(service.Service):
         One that exists but cannot be read (nor its .bak) stops start-up with a StateFileError naming it, the
         store closed cleanly, unless ``startWithCorruptStateFiles=true`` (then it starts empty, kept aside).
         """
-        try:
-            with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
-                for manager in (
-                    self.topics,
-                    self.offsets,
-                    self.groups,
-                    self.schedule,
-                    self.timer,
-                    self.pop,
-                    self.request_modes,
-                    self.order_info,
-                ):
-                    manager.load()
-        except StateFileError:
-            self.store.shutdown()
-            raise
+        with corrupt_state_files(start_empty=self.config.startWithCorruptStateFiles):
+            for manager in (
+                self.topics,
+                self.offsets,
+                self.groups,
+                self.schedule,
+                self.timer,
+                self.pop,
+                self.request_modes,
+                self.order_info,
+            ):
+                manager.load()
 
     @defer.inlineCallbacks
     def when_ready(self) -> Any:

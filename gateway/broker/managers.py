@@ -119,6 +119,11 @@ class ConfigFile:
             return defer.succeed(None)
         return self._writes.flush()
 
+    def cancel(self) -> None:
+        """Forget a write asked for and not started (a start that failed leaves the file as it found it)."""
+        if self._writes is not None:
+            self._writes.cancel()
+
     def write_now(self) -> None:
         """Write on this thread (at start, before anything else can write)."""
         write_atomically(self.path, self.render())

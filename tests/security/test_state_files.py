@@ -106,6 +106,9 @@ async def test_broker_refuses_to_start_then_starts_empty_on_request(make_broker,
     refused = make_broker()
     with pytest.raises(StateFileError, match=re.escape(f"cannot load {name}: {config_dir / name} is corrupt")):
         refused.start()
+    # Nothing the failed start asked for is written later, over the next start's files.
+    pending = [f for f in (refused.controller.topics.file, refused.controller.groups.file) if f._writes._wanted]
+    assert pending == []
     refused.controller = None
     assert (config_dir / name).read_bytes() == GARBAGE  # not overwritten by a fresh table
 
