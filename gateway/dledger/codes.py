@@ -69,3 +69,12 @@ class DLedgerResponseCode(IntEnum):
     @classmethod
     def _missing_(cls, value: object) -> DLedgerResponseCode:
         return cls.UNKNOWN
+
+
+class DLedgerError(RuntimeError):
+    """A DLedger operation refused or failed; ``code`` is what DLedger answers (in a response body, or to the
+    broker's append)."""
+
+    def __init__(self, code: DLedgerResponseCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code

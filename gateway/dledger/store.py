@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from gateway.config import format_properties, parse_properties
-from gateway.dledger.codes import DLedgerResponseCode
+from gateway.dledger.codes import DLedgerError, DLedgerResponseCode
 from gateway.dledger.entry import (
     BLANK_MAGIC_CODE,
     BODY_OFFSET,
@@ -44,12 +44,8 @@ _BLANK = struct.Struct(">ii")
 _HEAD = struct.Struct(">iiqqqiiii")
 
 
-class DLedgerStoreError(RuntimeError):
+class DLedgerStoreError(DLedgerError):
     """An append, read or truncation the store refuses; ``code`` is what DLedger answers a peer."""
-
-    def __init__(self, code: DLedgerResponseCode, message: str) -> None:
-        super().__init__(f"{code.name}: {message}")
-        self.code = code
 
 
 @dataclass(slots=True, kw_only=True)
