@@ -8,7 +8,7 @@ import mmap
 import struct
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,9 +194,16 @@ class CommitLog:
     after each appended record.  Segments are counted in ``pool``; the one being written stays mapped.
     """
 
-    def __init__(self, config: StoreConfig, dispatcher: Dispatcher, pool: MappedFilePool | None = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        dispatcher: Dispatcher,
+        pool: MappedFilePool | None = None,
+        queue: MappedFileQueue | None = None,
+    ) -> None:
         self.config = config
-        self.queue = MappedFileQueue(
+        # ``queue``: records kept elsewhere, read through this one (DLedger's data files).
+        self.queue = queue or MappedFileQueue(
             config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
         )
         self.dispatcher = dispatcher
@@ -221,6 +228,16 @@ class CommitLog:
     def max_offset(self) -> int:
         """Offset just past the last record."""
         return self.queue.wrote_where
+
+    @property
+    def max_wrote_offset(self) -> int:
+        """Offset just past the last byte written: recovery cuts consume queues and the index there."""
+        return self.queue.wrote_where
+
+    @property
+    def empty(self) -> bool:
+        """Whether no segment is on disk."""
+        return not self.queue.files
 
     # -- append ------------------------------------------------------------------------------------------
 
@@ -323,25 +340,37 @@ class CommitLog:
             ),
         )
 
-    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
-        """Append a batch (one topic and queue, no transaction flags) contiguously in one segment."""
+    def _check_batch(
+        self, msgs: list[MessageExtBrokerInner]
+    ) -> tuple[PutMessageStatus, bytes, list[tuple[MessageExtBrokerInner, bytes, int, int]], int]:
+        """Validate a batch (one topic and queue, no transaction flags); returns (status, topic bytes,
+        [(message, properties bytes, sysFlag, record size)], total size)."""
+        checked: list[tuple[MessageExtBrokerInner, bytes, int, int]] = []
         if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
         first = msgs[0]
-        checked = []
+        topic = b""
         total = 0
         body_total = 0
         for msg in msgs:
             if msg.topic != first.topic or msg.queue_id != first.queue_id or msg.sys_flag & _TRAN_MASK:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
             status, topic, props, sys_flag, size = self._check(msg)
             if status is not _PUT_OK:
-                return PutMessageResult(status)
+                return status, b"", checked, 0
             checked.append((msg, props, sys_flag, size))
             total += size
             body_total += len(msg.body)
         if body_total > self.config.maxMessageSize or total + END_FILE_MIN_BLANK_LENGTH > self.queue.mapped_file_size:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
+        return _PUT_OK, topic, checked, total
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append a batch (one topic and queue, no transaction flags) contiguously in one segment."""
+        status, topic, checked, total = self._check_batch(msgs)
+        if status is not _PUT_OK:
+            return PutMessageResult(status)
+        first = msgs[0]
         try:
             f, pos = self._reserve(total)
         except OSError:
@@ -451,6 +480,51 @@ class CommitLog:
         """Start of the segment after the one holding ``offset``."""
         size = self.queue.mapped_file_size
         return offset + size - offset % size
+
+    def read_records(self, offset: int, end: int) -> Iterator[tuple[DispatchRequest | None, int]]:
+        """The whole records from ``offset`` up to ``end`` (what a reput dispatches), each with the offset after it;
+        ``(None, offset)`` where reading jumps (a segment's end blank, a damaged stretch skipped).  Stops before a
+        record whose rest has not arrived yet (a slave's transfer ends inside it)."""
+        while offset < end:
+            f = self.queue.find_mapped_file_by_offset(offset)
+            if f is None:
+                return
+            base = f.file_from_offset
+            view = f.view[: end - base]  # a record beyond ``end`` is not whole yet
+            pos = offset - base
+            while pos < len(view):
+                try:
+                    req = check_message_and_return_size(view, pos, base, False)
+                except CorruptRecordError as e:
+                    # Usually the rest of this record comes with the next transfer; but with a whole record after
+                    # it, it is a damaged one the master's recovery skipped: skip it too.
+                    if record_arriving(view, pos, f.file_size, self.config.maxMessageSize):
+                        return
+                    found = self.next_valid_record(base + pos + 1, end)
+                    if found is None:
+                        return
+                    log.warning(
+                        "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) replicated into %s",
+                        *(base + pos, found, found - base - pos, e, f.path),
+                    )
+                    offset = found
+                    yield None, offset
+                    break
+                if req is None:  # end-of-segment blank
+                    offset = f.end_offset
+                    yield None, offset
+                    break
+                pos += req.msg_size
+                offset = base + pos
+                yield req, offset
+
+    def delete_expired_files(
+        self, expired_ms: int, now_ms: int, clean_immediately: bool, batch_max: int
+    ) -> tuple[list[MappedFile], Callable[[list[MappedFile]], None]]:
+        """Detach the oldest segments last modified ``expired_ms`` ago or earlier (``deleteExpiredFile``); returns
+        them and what deletes them (blocking, after any flush still syncing them)."""
+        queue = self.queue
+        return queue.delete_expired_file_by_time(expired_ms, now_ms, clean_immediately, batch_max), queue.destroy_files
 
     # -- flush -------------------------------------------------------------------------------------------
 
