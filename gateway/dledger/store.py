@@ -136,7 +136,8 @@ class DLedgerFileStore:
         data = self.data
         if data.files or self.ledger_end_index != -1 or offset < 0 or offset % data.mapped_file_size:
             raise DLedgerStoreError(
-                DLedgerResponseCode.DISK_ERROR, f"cannot start the data files at {offset}: not an empty ledger's file start"
+                DLedgerResponseCode.DISK_ERROR,
+                f"cannot start the data files at {offset}: not an empty ledger's file start",
             )
         data.create_file(offset)
         data.wrote_where = data.flushed_where = offset
@@ -423,6 +424,11 @@ class DLedgerFileStore:
             last_index, last_term = index, term
             rel += size
         return last_index, last_term, f.file_from_offset + rel
+
+    def revise_ledger_begin_index(self) -> None:
+        """After the oldest data files were deleted (expired): the ledger begins at the first one left's entry."""
+        if self.data.files and self.ledger_end_index != -1:
+            self.ledger_begin_index = self._first_index()
 
     def _first_index(self) -> int:
         head = self._head(self.data.files[0], 0)

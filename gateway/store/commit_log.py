@@ -202,10 +202,11 @@ class CommitLog:
         queue: MappedFileQueue | None = None,
     ) -> None:
         self.config = config
-        # ``queue``: records kept elsewhere, read through this one (DLedger's data files).
-        self.queue = queue or MappedFileQueue(
-            config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
-        )
+        if queue is None:
+            queue = MappedFileQueue(
+                config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
+            )
+        self.queue = queue  # given: records kept elsewhere, read through this (DLedger's data files)
         self.dispatcher = dispatcher
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         # (end offset, store time of the record ending there): one attribute, so a flushing thread reads a
@@ -323,7 +324,7 @@ class CommitLog:
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
         phy = f.file_from_offset + pos
         store_timestamp = now_ms()
-        _write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+        write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
         if phy + size > self._warm_at:
@@ -382,7 +383,7 @@ class CommitLog:
         store_timestamp = now_ms()  # one store time for the whole batch, as Java
         mm = f.mm
         for msg, props, sys_flag, size in checked:
-            _write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+            write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
             pos += size
             phy += size
             queue_offset += 1
@@ -663,8 +664,8 @@ class CommitLog:
         self.topic_queue_table.clear()
 
 
-def _write_record(
-    mm: mmap.mmap,
+def write_record(
+    mm: mmap.mmap | bytearray,
     pos: int,
     size: int,
     msg: MessageExtBrokerInner,
@@ -676,7 +677,8 @@ def _write_record(
     store_timestamp: int,
 ) -> None:
     """Write the commitlog record of ``msg`` (``size`` bytes, at ``phy``, with its assigned queue offset and store
-    time) into ``mm`` at ``pos``: by the C store straight into the mapping, else built and copied in."""
+    time) into ``mm`` (a mapping, or a buffer) at ``pos``: by the C store straight into it, else built and copied
+    in."""
     c = _c_store
     if c is None:
         mm[pos : pos + size] = encode_record(
