@@ -1,10 +1,12 @@
 """A store Apache's 4.9.8 broker wrote in DLedger mode (a one-member group) opens in ours: every message read back
 through the consume queues at the physical offset Apache gave it; then ours appends and Apache's broker, started
-again on the directory, serves both.  Runs when ``ROCKETMQ_BROKER_CLASSPATH`` names the broker's jars."""
+again on the directory, serves both.  A Master/Slave store converts to DLedger in ours as in Apache's, to the same
+bytes.  Runs when ``ROCKETMQ_BROKER_CLASSPATH`` names the broker's jars."""
 
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,47 @@ def test_apache_dledger_store_opens_in_ours_and_back(tmp_path: Path) -> None:
             offset = pulled.next_begin_offset
     apache_bodies = [body for (q, _), (body, _) in sorted(sent.items()) if q == queue_id]
     assert bodies == apache_bodies + [f"ours-{i}".encode() for i in range(5)]
+
+
+def test_a_master_slave_store_converts_in_ours_as_in_apache(tmp_path: Path) -> None:
+    written = tmp_path / "master-slave" / "store"
+    store = DefaultMessageStore(StoreConfig(storePathRootDir=str(written), mappedFileSizeCommitLog=DATA_FILE))
+    store.start()
+    for i in range(1500):  # two commitlog files and a bit
+        assert store.put_message(make_msg(TOPIC, i % 4, f"old-{i}-".encode() * 100)).ok
+    store.shutdown()
+    theirs, ours = tmp_path / "apache", tmp_path / "ours"
+    for root in (theirs, ours):
+        shutil.copytree(written, root / "store")
+
+    with (
+        apache_cluster(theirs, dledger_settings()) as (namesrv, _),
+        blocking.Producer("dledger-convert-producer", namesrv) as producer,
+    ):
+        for i in range(4):
+            assert until(functools.partial(send_when_leader, producer, i), 60, "a send to the leader")
+    store, _ = open_ours(ours / "store")
+    for i in range(4):
+        assert result_of(store.async_put_message(make_msg(TOPIC, i, f"apache-{i}".encode()))).ok
+    divided = store.commit_log.divided_commitlog_offset
+    store.shutdown()
+
+    # The same conversion: the old commitlog closed by the same blank record, the ledger begun at the same offset.
+    for name in ("commitlog", "dledger-n0/data"):
+        assert sorted(p.name for p in (theirs / "store" / name).iterdir()) == sorted(
+            p.name for p in (ours / "store" / name).iterdir()
+        )
+    for path in sorted((ours / "store" / "commitlog").iterdir()):
+        assert path.read_bytes() == (theirs / "store" / "commitlog" / path.name).read_bytes(), path.name
+    assert int(sorted((ours / "store" / "dledger-n0" / "data").iterdir())[0].name) == divided == 2 * DATA_FILE
+
+    # Apache's converted store in ours: the old messages, then Apache's new ones after the divide.
+    store, _ = open_ours(theirs / "store")
+    got = {q: pull_all(store, q) for q in range(4)}
+    store.shutdown()
+    expected_old = {q: [f"old-{i}-".encode() * 100 for i in range(q, 1500, 4)] for q in range(4)}
+    assert sum(len(msgs) for msgs in got.values()) == 1504
+    for q, msgs in got.items():
+        assert [m.body for m in msgs if m.commitlog_offset < divided] == expected_old[q]
+    new = sorted(m.body for msgs in got.values() for m in msgs if m.commitlog_offset >= divided)
+    assert new == [f"apache-{i}".encode() for i in range(4)]
