@@ -324,7 +324,7 @@ class DLedgerCommitLog(CommitLog):
         records, cut, dropped, skipped = 0, 0, [], []
         if self.queue.files and (start < self.divided_commitlog_offset or not self.ledger.data.files):
             records, cut, dropped, skipped = super().recover(start, on_record, abnormal)
-            if not self.ledger.data.files:
+            if not self.ledger.data.files and self.queue.files:  # recovery may have dropped empty files
                 self._convert()
             start = self.divided_commitlog_offset
         for req, _ in self._read_entries(max(start, self.ledger.data.min_offset), self.max_offset):

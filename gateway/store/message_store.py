@@ -2,7 +2,8 @@
 
 Everything runs on the caller's thread (the reactor) except ``flush`` and ``flush_consume_queues``, which a
 worker thread may run while appends continue.  A message is dispatched to its consume queue and the index
-before ``put_message`` returns, so it is pullable and can be looked up at once.
+before ``put_message`` returns, so it is pullable and can be looked up at once; on a DLedger ledger
+(``gateway.dledger.commitlog``) once its entry is committed, by the reput.
 """
 
 from __future__ import annotations

@@ -12,16 +12,59 @@ from pathlib import Path
 import pytest
 
 from gateway.dledger.codes import DLedgerResponseCode
+from gateway.dledger.commitlog import DLedgerCommitLog
 from gateway.dledger.entry import BODY_OFFSET, DLedgerEntry
-from gateway.remoting.message import BLANK_MAGIC_CODE, decode_offset_message_id, decode_record
+from gateway.dledger.store import DLedgerFileStore, DLedgerStoreError
+from gateway.remoting.message import BLANK_MAGIC_CODE, decode_offset_message_id, decode_record, record_size
 from gateway.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from gateway.store.api import GetMessageStatus
 from gateway.store.commit_log import write_record
+from gateway.store.mapped_file import StoreLoadError
 from gateway.store.message_store import SLAVE
-from tests.dledger.conftest import DATA_FILE, DLedgerBroker, result_of, start_dledger_store
+from tests.dledger.conftest import (
+    DATA_FILE,
+    DLedgerBroker,
+    LedgerAppender,
+    ledger_config,
+    result_of,
+    start_dledger_store,
+)
 from tests.store.conftest import crash, make_msg, small_config
 
 Start = Callable[..., DLedgerBroker]
+
+
+def test_append_hook_runs_on_leader_and_follower_appends(tmp_path: Path) -> None:
+    seen = []
+
+    def hook(entry: DLedgerEntry, body: bytearray) -> None:
+        seen.append((entry.index, entry.term, entry.pos))
+        body[:4] = b"HOOK"
+
+    leader = DLedgerFileStore(ledger_config(str(tmp_path / "a")))
+    follower = DLedgerFileStore(ledger_config(str(tmp_path / "b")))
+    for ledger in (leader, follower):
+        ledger.open()
+        ledger.append_hook = hook
+    first = leader.append_as_leader(b"....body0", 1)
+    second = leader.append_as_leader(b"....body1", 2)
+    follower.append_as_follower(DLedgerEntry(index=0, term=1, pos=first.pos, body=b"xxxxbody0"))
+    assert seen == [(0, 1, 0), (1, 2, second.pos), (0, 1, 0)]
+    assert leader.get(0).body == follower.get(0).body == b"HOOKbody0"
+    assert leader.get(1).body == b"HOOKbody1"
+    # Only an empty ledger's data can begin elsewhere than 0, at a file start.
+    with pytest.raises(DLedgerStoreError):
+        leader.start_data_at(DATA_FILE)
+    with pytest.raises(DLedgerStoreError):
+        DLedgerFileStore(ledger_config(str(tmp_path / "c"))).start_data_at(DATA_FILE + 1)
+
+
+def test_the_ledger_files_must_be_the_commitlog_files(tmp_path: Path) -> None:
+    ledger = DLedgerFileStore(ledger_config(str(tmp_path)))
+    config = small_config(str(tmp_path))
+    config.mappedFileSizeCommitLog = 2 * DATA_FILE
+    with pytest.raises(StoreLoadError, match="mappedFileSizeForEntryData 4096 != mappedFileSizeCommitLog 8192"):
+        DLedgerCommitLog(config, lambda *_: None, ledger=ledger, appender=LedgerAppender(ledger))
 
 
 def put(broker: DLedgerBroker, msg: MessageExtBrokerInner) -> object:
@@ -228,7 +271,7 @@ def test_a_truncated_uncommitted_tail_is_never_dispatched(dledger_store: Start) 
     old = ledger.get(2)
     msg = make_msg(body=b"new2")
     props = msg.properties.encode()
-    size = len(old.body) - len(b"old2") + len(b"new2") + len(props) - len(make_msg(body=b"x").properties.encode())
+    size = record_size(len(msg.body), len(msg.topic), len(props))
     record = bytearray(size)
     write_record(record, 0, size, msg, b"TopicTest", props, 0, 2, old.pos + BODY_OFFSET, 1_700_000_000_000)
     new = DLedgerEntry(index=2, term=2, pos=old.pos, body=bytes(record))
