@@ -145,6 +145,11 @@ class DLedgerCommitLog(CommitLog):
         return self.ledger.data.wrote_where if self.ledger.data.files else self.queue.wrote_where
 
     @property
+    def flushed_where(self) -> int:
+        """How far the ledger's data files are durable."""
+        return self.ledger.data.flushed_where
+
+    @property
     def empty(self) -> bool:
         """Neither an old commitlog nor ledger data on disk."""
         return not self.queue.files and not self.ledger.data.files

@@ -708,7 +708,7 @@ class DefaultMessageStore:
     @property
     def flushed_where(self) -> int:
         """Commitlog offset up to which data is durable."""
-        return self.commit_log.queue.flushed_where
+        return self.commit_log.flushed_where
 
     # -- admin -------------------------------------------------------------------------------------------
 

@@ -105,6 +105,9 @@ def test_put_answers_on_commit_with_offsets_in_the_ledger(dledger_store: Start) 
     record = broker.store.look_message_by_offset(results[7].append.wrote_offset)
     assert record is not None and decode_record(record).body == b"m7" * 40
     assert broker.store.get_max_phy_offset() == ledger.committed_pos == ledger.data.wrote_where
+    assert broker.commit_log.confirm_offset == ledger.committed_pos
+    broker.store.flush()
+    assert broker.store.flushed_where == ledger.data.wrote_where
 
 
 def test_uncommitted_entries_are_not_dispatched(dledger_store: Start) -> None:
