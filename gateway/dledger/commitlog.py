@@ -109,6 +109,7 @@ class DLedgerCommitLog(CommitLog):
         self.divided_commitlog_offset = -1
         self._entries = CommitLog(config, dispatcher, queue=ledger.data)  # reads the records in the data files
         self._stalled_at = -1  # an entry the reput cannot read, logged once
+        self._old_end = 0  # where the old commitlog's records end, once recovered
         ledger.append_hook = write_physical_offset
 
     def load(self) -> list[str]:
@@ -141,8 +142,9 @@ class DLedgerCommitLog(CommitLog):
 
     @property
     def max_wrote_offset(self) -> int:
-        """The ledger's end, committed or not (``getMaxWrotePosition``)."""
-        return self.ledger.data.wrote_where if self.ledger.data.files else self.queue.wrote_where
+        """The ledger's end, committed or not (``getMaxWrotePosition``); before its first entry, the end of the
+        old commitlog's records (not of the blank that closes it)."""
+        return self.ledger.data.wrote_where if self.ledger.ledger_end_index != -1 else self._old_end
 
     @property
     def flushed_where(self) -> int:
@@ -329,6 +331,7 @@ class DLedgerCommitLog(CommitLog):
         records, cut, dropped, skipped = 0, 0, [], []
         if self.queue.files and (start < self.divided_commitlog_offset or not self.ledger.data.files):
             records, cut, dropped, skipped = super().recover(start, on_record, abnormal)
+            self._old_end = self.queue.wrote_where
             if not self.ledger.data.files and self.queue.files:  # recovery may have dropped empty files
                 self._convert()
             start = self.divided_commitlog_offset

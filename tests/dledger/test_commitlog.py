@@ -351,6 +351,23 @@ def test_a_converted_store_restarts_before_its_first_entry(tmp_path: Path) -> No
     broker.store.shutdown()
 
 
+def test_conversion_cuts_consume_queues_past_a_torn_old_commitlog(tmp_path: Path) -> None:
+    """The Master/Slave broker died with its last record torn: the conversion cuts the consume queue at the last
+    whole record (Apache's recoverNormally), before the blank closes the old commitlog."""
+    root = str(tmp_path / "store")
+    offsets = _master_slave_store(root, 10)
+    last = Path(root) / "commitlog" / f"{offsets[-1] - offsets[-1] % DATA_FILE:020d}"
+    with open(last, "r+b") as f:
+        f.seek(offsets[-1] % DATA_FILE + 4)
+        f.write(b"\xff" * 4)  # the last record's magic code: no record there
+    broker = start_dledger_store(root)
+    assert broker.store.get_max_offset_in_queue("TopicTest", 0) == 9
+    result = put(broker, make_msg(body=b"first in the ledger"))
+    assert result.append.logics_offset == 9
+    assert [m.body for m in pull(broker.store)][-2:] == [b"ms8" * 20, b"first in the ledger"]
+    broker.store.shutdown()
+
+
 def test_expiry_deletes_the_old_commitlog_first_then_ledger_files(tmp_path: Path) -> None:
     root = str(tmp_path / "store")
     _master_slave_store(root, 40)
