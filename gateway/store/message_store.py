@@ -192,7 +192,7 @@ class DefaultMessageStore:
             self.consume_queue_table.clear()
             report.files_dropped += [f.path for f in self.index_service.files]
             self.index_service.destroy()
-            self._rebuild_topic_queue_table()
+            self.recover_topic_queue_table()
             return report
 
         cl = self.commit_log
@@ -243,7 +243,7 @@ class DefaultMessageStore:
         if abnormal:
             # What was scanned may not have reached the disk before the crash: sync it on the first flush.
             cl.queue.flushed_where = min(cl.queue.flushed_where, start)
-        self._rebuild_topic_queue_table()
+        self.recover_topic_queue_table()
         return report
 
     def _load_consume_queues(self) -> tuple[list[str], set[tuple[str, int]]]:
@@ -300,11 +300,8 @@ class DefaultMessageStore:
             )
 
     def recover_topic_queue_table(self) -> None:
-        """Take each queue's next offset from its consume queue (``recoverTopicQueueTable``): a DLedger follower
-        that becomes the leader does so once it has dispatched everything committed."""
-        self._rebuild_topic_queue_table()
-
-    def _rebuild_topic_queue_table(self) -> None:
+        """Take each queue's next offset from its consume queue (``recoverTopicQueueTable``): after recovery, and
+        on a DLedger follower that becomes the leader once it has dispatched everything committed."""
         min_phy = self.commit_log.min_offset
         table = {}
         for key, cq in self.consume_queue_table.items():
@@ -407,7 +404,7 @@ class DefaultMessageStore:
                 if cq.max_physic_offset > offset:
                     cq.truncate_dirty_logic_files(offset)
             self.index_service.truncate(offset)
-            self._rebuild_topic_queue_table()
+            self.recover_topic_queue_table()
         self._reput_from = offset
         return cut
 

@@ -287,6 +287,33 @@ def test_a_truncated_uncommitted_tail_is_never_dispatched(dledger_store: Start) 
     assert store.look_message_by_offset(old.pos + BODY_OFFSET) == bytes(record)
 
 
+def test_a_follower_dispatches_what_the_leader_committed_and_leads_on(tmp_path: Path) -> None:
+    leader = start_dledger_store(str(tmp_path / "a"))
+    follower = start_dledger_store(str(tmp_path / "b"), auto_commit=False)
+    for i in range(30):
+        put(leader, make_msg(queue_id=i % 3, body=f"m{i}".encode() * 20))
+    for index in range(leader.ledger.ledger_end_index + 1):
+        pushed = leader.ledger.get(index)
+        follower.ledger.append_as_follower(
+            DLedgerEntry(index=index, term=pushed.term, pos=pushed.pos, body=pushed.body)
+        )
+        if index % 7 == 6:
+            follower.appender.commit(index)  # what the leader's push says is committed
+    follower.appender.commit()
+    for queue_id in range(3):
+        assert pull(follower.store, queue_id=queue_id) == pull(leader.store, queue_id=queue_id)
+    leader.store.shutdown()
+    follower.store.flush()
+    data = [sorted((tmp_path / d / "dledger-n0" / "data").iterdir()) for d in ("a", "b")]
+    assert [p.read_bytes() for p in data[0]] == [p.read_bytes() for p in data[1]]
+    # Leading now (the role-change handler): the queue offsets go on from its consume queues.
+    follower.store.recover_topic_queue_table()
+    follower.appender.auto_commit = True
+    follower.appender.term = 2
+    assert [put(follower, make_msg(queue_id=q)).append.logics_offset for q in range(3)] == [10, 10, 10]
+    follower.store.shutdown()
+
+
 def _master_slave_store(root: str, count: int) -> list[int]:
     """A store written in Master/Slave mode; returns the physical offsets of its messages."""
     store = DefaultMessageStore(small_config(root))
