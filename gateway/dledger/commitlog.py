@@ -162,8 +162,8 @@ class DLedgerCommitLog(CommitLog):
         """Append ``msg`` as one entry; fires once a majority holds it, with DLedger's outcome mapped to a status
         as ``asyncPutMessage`` does (an append refused at once: OS_PAGECACHE_BUSY)."""
         status, topic, props, sys_flag, size = self._check(msg)
-        if status is not PutMessageStatus.PUT_OK:
-            return defer.succeed(PutMessageResult(status))
+        if status is not PutMessageStatus.PUT_OK:  # a record that cannot be encoded, whatever the reason
+            return defer.succeed(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
         key = (msg.topic, msg.queue_id)
         dispatched = is_dispatched(sys_flag)
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
@@ -186,7 +186,7 @@ class DLedgerCommitLog(CommitLog):
         majority holds the last (``asyncPutMessages``)."""
         status, topic, checked, total = self._check_batch(msgs)
         if status is not PutMessageStatus.PUT_OK:
-            return defer.succeed(PutMessageResult(status))
+            return defer.succeed(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
         first = msgs[0]
         key = (first.topic, first.queue_id)
         first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)

@@ -173,6 +173,18 @@ def test_an_append_refused_at_once_is_os_pagecache_busy(dledger_store: Start, co
     assert ok.status is PutMessageStatus.PUT_OK and ok.append.logics_offset == 0  # no queue offset was spent
 
 
+def test_a_record_that_cannot_be_encoded_is_message_illegal(dledger_store: Start) -> None:
+    broker = dledger_store()
+    props = {f"k{i}": "v" * 100 for i in range(400)}  # more than 32767 bytes of properties
+    assert put(broker, make_msg(extra=props)).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert put(broker, make_msg(body=bytes(broker.store.config.maxMessageSize + 1))).status is (
+        PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    batch = result_of(broker.store.async_put_messages([make_msg(), make_msg(topic="Other")]))
+    assert batch.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert broker.ledger.ledger_end_index == -1
+
+
 def test_a_slave_store_refuses_puts(dledger_store: Start) -> None:
     broker = dledger_store()
     broker.store.config.brokerRole = SLAVE  # what the role-change handler sets on a follower
