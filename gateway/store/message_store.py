@@ -354,7 +354,8 @@ class DefaultMessageStore:
         return self.running and not self.disk_full and self.config.brokerRole != SLAVE
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        """Store one message; it is in its consume queue (and pullable) when this returns."""
+        """Store one message; it is in its consume queue (and pullable) when this returns.  On a DLedger ledger
+        the commitlog answers with a Deferred instead: use :meth:`async_put_message`."""
         if not self._writable():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         return self.commit_log.put_message(msg)
