@@ -383,7 +383,8 @@ class DefaultMessageStore:
 
     def dispatch_appended(self) -> None:
         """Slave: dispatch the whole records appended so far to consume queues and the index (what Apache's
-        ReputMessageService does behind the append)."""
+        ReputMessageService does behind the append); on a DLedger ledger, the entries committed so far (run it on
+        each commit)."""
         self._reput()
 
     @property
@@ -431,7 +432,10 @@ class DefaultMessageStore:
                 req.properties,
             )
             if is_dispatched(req.sys_flag):
-                queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+                key = (req.topic, req.queue_id)
+                # Never lower: a DLedger leader has given offsets to entries appended after the committed ones.
+                if queue_table.get(key, 0) <= req.consume_queue_offset:
+                    queue_table[key] = req.consume_queue_offset + 1
             cl.tail = (next_offset, req.store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:

@@ -130,6 +130,18 @@ def test_uncommitted_entries_are_not_dispatched(dledger_store: Start) -> None:
     assert len(fired) == 3 and [m.body for m in pull(store)] == [b"m0", b"m1", b"m2"]
 
 
+def test_commits_behind_the_appends_never_give_a_queue_offset_twice(dledger_store: Start) -> None:
+    broker = dledger_store(auto_commit=False)
+    deferreds = []
+    for i in range(20):
+        deferreds.append(broker.store.async_put_message(make_msg(body=f"m{i}".encode())))
+        if i % 3 == 2:
+            broker.appender.commit(broker.ledger.ledger_end_index - 2)  # the quorum lags two entries behind
+    broker.appender.commit()
+    assert [result_of(d).append.logics_offset for d in deferreds] == list(range(20))
+    assert [m.body for m in pull(broker.store)] == [f"m{i}".encode() for i in range(20)]
+
+
 @pytest.mark.parametrize(
     ("code", "status"),
     [
