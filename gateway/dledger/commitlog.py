@@ -31,7 +31,6 @@ from gateway.dledger.store import DLedgerFileStore
 from gateway.remoting.message import BLANK_MAGIC_CODE, create_offset_message_id
 from gateway.store.api import AppendMessageResult, MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from gateway.store.commit_log import (
-    MIN_RECORD_SIZE,
     CommitLog,
     CorruptRecordError,
     Dispatcher,
@@ -305,16 +304,11 @@ class DLedgerCommitLog(CommitLog):
         return super().normal_recover_start()
 
     def abnormal_recover_start(self, min_timestamp: int) -> int:
-        """The newest data file whose first record was stored at or before ``min_timestamp``; else the old
-        commitlog's choice; else the first data file."""
-        files = self.ledger.data.files
-        for f in reversed(files):
-            stored = self._entries.pickup_store_timestamp(f.file_from_offset + BODY_OFFSET, MIN_RECORD_SIZE)
-            if 0 < stored <= min_timestamp:
-                return f.file_from_offset
-        if self.queue.files:
-            return super().abnormal_recover_start(min_timestamp)
-        return files[0].file_from_offset
+        """As after a clean stop on a ledger (``recoverAbnormally`` is ``recover``): what the consume queues and
+        the index lost is dispatched again from where they end; the old commitlog's choice before it converts."""
+        if self.ledger.data.files:
+            return self._entries.normal_recover_start()
+        return super().abnormal_recover_start(min_timestamp)
 
     def segment_start(self, offset: int) -> int:
         """Start of the file holding ``offset``: the old commitlog's below the divide, else the ledger's."""
