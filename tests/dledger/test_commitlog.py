@@ -15,7 +15,13 @@ from gateway.dledger.codes import DLedgerResponseCode
 from gateway.dledger.commitlog import DLedgerCommitLog
 from gateway.dledger.entry import BODY_OFFSET, DLedgerEntry
 from gateway.dledger.store import DLedgerFileStore, DLedgerStoreError
-from gateway.remoting.message import BLANK_MAGIC_CODE, decode_offset_message_id, decode_record, record_size
+from gateway.remoting.message import (
+    BLANK_MAGIC_CODE,
+    MessageSysFlag,
+    decode_offset_message_id,
+    decode_record,
+    record_size,
+)
 from gateway.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from gateway.store.api import GetMessageStatus
 from gateway.store.commit_log import write_record
@@ -195,6 +201,17 @@ def test_a_record_that_cannot_be_encoded_is_message_illegal(dledger_store: Start
     batch = result_of(broker.store.async_put_messages([make_msg(), make_msg(topic="Other")]))
     assert batch.status is PutMessageStatus.MESSAGE_ILLEGAL
     assert broker.ledger.ledger_end_index == -1
+
+
+def test_a_prepared_transaction_message_takes_no_queue_offset(dledger_store: Start) -> None:
+    broker = dledger_store()
+    put(broker, make_msg(body=b"before"))
+    half = put(broker, make_msg(body=b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE))
+    assert half.status is PutMessageStatus.PUT_OK and half.append.logics_offset == 0
+    assert put(broker, make_msg(body=b"after")).append.logics_offset == 1
+    assert [m.body for m in pull(broker.store)] == [b"before", b"after"]
+    record = broker.store.look_message_by_offset(half.append.wrote_offset)  # the check reads it by offset
+    assert record is not None and decode_record(record).body == b"half"
 
 
 def test_a_slave_store_refuses_puts(dledger_store: Start) -> None:
