@@ -35,6 +35,24 @@ ELECTION_TIMEOUT_S = 3 * HEARTBEAT_S + 1.0
 SMALL_STORE = {"mappedFileSizeCommitLog": str(8 << 20), "mappedFileSizeConsumeQueue": str(60_000 * 20)}
 
 
+def metadata(dledger_addr: str, self_id: str, group: str = GROUP, timeout: float = 2.0) -> MetadataResponse:
+    """DLedger's METADATA RPC to the member ``self_id`` of ``group`` at ``dledger_addr`` (any implementation's)."""
+    request = MetadataRequest(group=group, remote_id=self_id)
+    wire = RemotingCommand.request(DLedgerRequestCode.METADATA, body=request.encode())
+    response = call(dledger_addr, wire, timeout)
+    assert response.code == DLedgerResponseCode.SUCCESS, (response.code, response.remark)  # 200, not 0
+    return MetadataResponse.decode(response.body)
+
+
+def leader_seen(dledger_addr: str, self_id: str, group: str = GROUP) -> str | None:
+    """The leader that member knows of; None if it knows none or does not answer."""
+    try:
+        answer = metadata(dledger_addr, self_id, group)
+    except OSError:
+        return None
+    return answer.leader_id if answer.code == DLedgerResponseCode.SUCCESS else None
+
+
 @dataclass
 class Member:
     """One broker of the group: ``self_id`` (n0, n1...), its broker and (real) DLedger addresses."""
@@ -125,22 +143,11 @@ class ApacheDLedgerGroup:
 
     def metadata(self, member: Member, group: str | None = None, timeout: float = 2.0) -> MetadataResponse:
         """DLedger's METADATA RPC to ``member``'s DLedger port (the group's own unless ``group`` says another)."""
-        request = MetadataRequest(group=group or self.group, remote_id=member.self_id)
-        response = call(
-            member.dledger_addr,
-            RemotingCommand.request(DLedgerRequestCode.METADATA, body=request.encode()),
-            timeout,
-        )
-        assert response.code == DLedgerResponseCode.SUCCESS, (response.code, response.remark)  # 200, not 0
-        return MetadataResponse.decode(response.body)
+        return metadata(member.dledger_addr, member.self_id, group or self.group, timeout)
 
     def leader_seen_by(self, member: Member) -> str | None:
         """The leader ``member`` knows of, None if it knows none or does not answer."""
-        try:
-            answer = self.metadata(member)
-        except OSError:
-            return None
-        return answer.leader_id if answer.code == DLedgerResponseCode.SUCCESS else None
+        return leader_seen(member.dledger_addr, member.self_id, self.group)
 
     def leader(self, timeout: float = 60.0, among: list[Member] | None = None) -> Member:
         """The leader every member of ``among`` (default: every live one) names, once they agree on one of them."""
