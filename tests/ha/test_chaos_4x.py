@@ -1,5 +1,5 @@
 """4.x master/slave under faults, with real processes: the slave frozen (SIGSTOP), the HA link cut or
-black-holed by a proxy, the master SIGKILLed under load. The slave always ends byte-identical (sha256 of the
+paused by a proxy, the master SIGKILLed under load. The slave always ends byte-identical (sha256 of the
 commitlog range both hold, read from their files), and nothing a SYNC_MASTER acknowledged is lost."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from tests.broker.test_broker_server import send_header
+from tests.faults import FaultProxy
 from tests.ha.procs import Proc, Producer, bodies, has_topic, until, write_properties
-from tests.ha.tcp_proxy import TcpProxy
 
 TOPIC = "ChaosTopic"
 QUEUES = 4
@@ -39,7 +39,7 @@ class Pair:
         self.root = root
         self.apache = apache
         self.procs: list[Proc] = []
-        self.proxy: TcpProxy | None = None
+        self.proxy: FaultProxy | None = None
         try:
             self._start(role, proxied, settings)
         except BaseException:
@@ -73,7 +73,7 @@ class Pair:
         # the master must be registered first.
         until(self._master_registered, 30, "the master registered with the NameServer")
         ha_port = int(self._config(self.master)["haListenPort"])
-        self.proxy = TcpProxy(ha_port).start() if proxied else None
+        self.proxy = FaultProxy(f"127.0.0.1:{ha_port}").start() if proxied else None
         ha_addr = f"127.0.0.1:{self.proxy.port if self.proxy else ha_port}"
         self.slave = self._broker(
             "slave", {**common, "brokerRole": "SLAVE", "brokerId": "1", "haMasterAddress": ha_addr}
@@ -187,7 +187,7 @@ def test_a_frozen_slave_then_catches_up_byte_identical(tmp_path: Path, pairs: li
 
 
 @pytest.mark.chaos
-def test_ha_link_cut_and_black_holed_recovers(tmp_path: Path, pairs: list[Pair]) -> None:
+def test_ha_link_cut_and_paused_recovers(tmp_path: Path, pairs: list[Pair]) -> None:
     pair = Pair(tmp_path, "ASYNC_MASTER", proxied=True)
     pairs.append(pair)
     proxy = pair.proxy
@@ -196,14 +196,15 @@ def test_ha_link_cut_and_black_holed_recovers(tmp_path: Path, pairs: list[Pair])
     pair.caught_up()
     links = proxy.links_made
     proxy.cut()
+    proxy.heal()
     pair.send(20)
     pair.assert_identical(pair.caught_up())
     assert proxy.links_made > links  # the slave came back on a new link
     # Silence both ways for longer than haHousekeepingInterval: each end drops the link by itself.
-    proxy.black_hole()
+    proxy.pause()
     pair.send(20)
     until(lambda: proxy.open_links == 0, 15, "both ends dropping the silent link")
-    proxy.heal()
+    proxy.resume()
     pair.assert_identical(pair.caught_up())
 
 
