@@ -99,8 +99,7 @@ class Cluster:
             lead = leaders[0]
             ms = lead.member_state
             followers_agree = all(
-                s.member_state.leader_id == ms.self_id and s.member_state.term == ms.term
-                for s in self.servers.values()
+                s.member_state.leader_id == ms.self_id and s.member_state.term == ms.term for s in self.servers.values()
             )
             return lead if followers_agree else None
 

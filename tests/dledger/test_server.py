@@ -11,6 +11,7 @@ import pytest_twisted
 
 from gateway.dledger.codes import DLedgerError, DLedgerResponseCode
 from gateway.dledger.member_state import MemberRole
+from gateway.dledger.store import DLedgerFileStore
 
 from .cluster import Cluster, until
 
@@ -82,3 +83,95 @@ async def _follower_down_then_two(cluster: Cluster) -> None:
         await result.committed
     assert e.value.code is DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT
     assert leader.member_state.committed_index == 0
+
+
+def committed_prefix(cluster: Cluster, member: str) -> bytes:
+    server = cluster.servers[member]
+    server.store.flush()
+    return cluster.data_bytes(member, server.store.committed_pos)
+
+
+async def all_committed(cluster: Cluster, index: int) -> None:
+    await until(
+        lambda: all(s.member_state.committed_index == index for s in cluster.servers.values()),
+        5,
+        f"every member committing {index}",
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopped_leader_is_replaced_and_restarted_follows_and_catches_up(cluster: Cluster) -> None:
+    cluster.start()
+    old = await cluster.leader()
+    old_id, old_term = old.member_state.self_id, old.member_state.term
+    for i in range(5):
+        await old.append(f"first-{i}".encode()).committed
+    await cluster.stop(old_id)
+    new = await cluster.leader(timeout=5)
+    assert new.member_state.self_id != old_id
+    assert new.member_state.term > old_term
+    for i in range(5):
+        await new.append(f"second-{i}".encode()).committed
+    cluster.start(old_id)
+    await cluster.leader()
+    assert cluster.servers[old_id].member_state.role is MemberRole.FOLLOWER
+    assert cluster.servers[old_id].member_state.leader_id == new.member_state.self_id
+    await all_committed(cluster, 9)
+    prefixes = {m: committed_prefix(cluster, m) for m in cluster.servers}
+    assert len(set(prefixes.values())) == 1 and len(prefixes[old_id]) > 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_divergent_uncommitted_tail_is_truncated_to_the_leaders_log(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    for i in range(3):
+        await leader.append(f"agreed-{i}".encode()).committed
+    await all_committed(cluster, 2)
+    await cluster.stop()
+    # n2 gets a tail nobody else has, in the old term.
+    lonely = DLedgerFileStore(cluster.config("n2").store)
+    lonely.open()
+    old_term = lonely.ledger_end_term
+    for i in range(4):
+        lonely.append_as_leader(f"divergent-{i}".encode() * 10, term=old_term)
+    assert lonely.ledger_end_index == 6
+    lonely.close()
+    cluster.start("n0", "n1")
+    leader = await cluster.leader()
+    if leader.member_state.term == old_term:  # the same leader re-elected in the term it led: move on one term
+        other = "n1" if leader.member_state.self_id == "n0" else "n0"
+        await leader.transfer_leadership(other)
+        leader = await cluster.leader()
+    assert leader.member_state.term > old_term
+    for i in range(2):
+        await leader.append(f"new-{i}".encode()).committed
+    cluster.start("n2")
+    await cluster.leader()
+    await all_committed(cluster, 4)
+    n2 = cluster.servers["n2"]
+    assert n2.store.ledger_end_index == 4
+    assert [n2.store.get(i).body for i in range(5)] == [b"agreed-0", b"agreed-1", b"agreed-2", b"new-0", b"new-1"]
+    assert committed_prefix(cluster, "n2") == committed_prefix(cluster, leader.member_state.self_id)
+
+
+@pytest_twisted.ensureDeferred
+async def test_leadership_transfer_to_a_chosen_member(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    term = leader.member_state.term
+    await leader.append(b"before").committed
+    target = next(m for m in cluster.servers if m != leader.member_state.self_id)
+    roles: list[tuple[MemberRole, int, str | None]] = []
+    cluster.servers[target].add_role_listener(lambda *change: roles.append(change))
+    response = await leader.transfer_leadership(target)
+    assert response.code == DLedgerResponseCode.SUCCESS
+    new = await cluster.leader()
+    assert new.member_state.self_id == target and new.member_state.term == term + 1
+    assert roles[-1] == (MemberRole.LEADER, term + 1, target)
+    assert leader.member_state.role is MemberRole.FOLLOWER
+    await new.append(b"after").committed
+    await all_committed(cluster, 1)
+    with pytest.raises(DLedgerError) as e:
+        leader.append(b"to the old leader")
+    assert e.value.code is DLedgerResponseCode.NOT_LEADER
