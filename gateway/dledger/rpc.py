@@ -13,9 +13,12 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.internet import defer
+from twisted.internet.abstract import isIPAddress, isIPv6Address
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.interfaces import IStreamClientEndpoint
 from twisted.logger import Logger
 
-from gateway.remoting.client import RemotingClient, split_addr
+from gateway.remoting.client import RemotingClient, split_addr, tcp_endpoint
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.dispatch import RequestDispatcher
@@ -53,6 +56,16 @@ def copy_base_info(response: RequestOrResponse, request: RequestOrResponse) -> R
     return response
 
 
+def peer_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
+    """A peer at an IP address directly: a refused connection fails at once (a HostnameEndpoint waits its
+    attempt delay first, which a candidate would wait out on every member that is down)."""
+    if isIPAddress(host):
+        return TCP4ClientEndpoint(reactor, host, port, timeout=int(RPC_TIMEOUT_S))
+    if isIPv6Address(host):
+        return TCP6ClientEndpoint(reactor, host, port, timeout=int(RPC_TIMEOUT_S))
+    return tcp_endpoint(reactor, host, port)
+
+
 def _network_error(code: DLedgerRequestCode, request: RequestOrResponse) -> RequestOrResponse:
     """The response DLedger makes up when a call gets no answer."""
     response_type = BODIES[code][1]
@@ -75,7 +88,7 @@ class DLedgerRpcService:
         for code, handler in handlers.items():
             self.dispatcher.register(code, self._serve(code, handler))
         self.factory = RemotingServerFactory(self.dispatcher)
-        self.client = RemotingClient(reactor)
+        self.client = RemotingClient(reactor, endpoint_factory=peer_endpoint)
         self._port: Any = None
 
     # -- serving
