@@ -223,3 +223,50 @@ async def test_mixed_group_elects_replicates_hands_over_and_agrees_byte_for_byte
     datas = {m: group.cluster.data_bytes(m, end) for m in members}
     assert all(len(d) == end for d in datas.values())
     assert len(set(datas.values())) == 1, {m: d[:64] for m, d in datas.items()}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_divergent_tail_is_truncated_across_implementations(group: MixedGroup) -> None:
+    """The lone member of the smaller side gets an uncommitted tail of an old term written into its files (our
+    store writes DLedger's format, so Java's directory takes it too); a leader of the other side cuts it."""
+    members = list(group.cluster.peers)
+    lone = next(iter(group.java_ids)) if len(group.java_ids) == 1 else members[-1]
+    for member in members:
+        group.start(member)
+    leader, term = await group.leader()
+    for i in range(3):
+        assert (await group.append(leader, body(i))).code == DLedgerResponseCode.SUCCESS
+    await until(lambda: all((v := group.view(m)) and v[4] == 2 for m in members), 20, "all committing 2")
+    for member in members:
+        await group.stop(member)
+    store = DLedgerFileStore(group.cluster.config(lone).store)
+    store.open()
+    old_term = store.ledger_end_term
+    for i in range(4):
+        store.append_as_leader(f"divergent-{i}".encode() * 50, term=old_term)
+    store.close()
+    others = [m for m in members if m != lone]
+    for member in others:
+        group.start(member)
+    leader, term = await group.leader()
+    if term == old_term:  # re-elected in the term it led: move on one term
+        other = next(m for m in others if m != leader)
+        assert (await group.transfer(leader, term, other)).code == DLedgerResponseCode.SUCCESS
+        leader, term = await group.leader()
+    assert term > old_term
+    for i in range(3, 5):
+        assert (await group.append(leader, body(i))).code == DLedgerResponseCode.SUCCESS
+    group.start(lone)
+    await until(
+        lambda: all((v := group.view(m)) is not None and v[3] == 4 and v[4] == 4 for m in members),
+        30,
+        "every member holding and committing 4, the divergent tail cut",
+    )
+    for member in list(group.running()):
+        await group.stop(member)
+    reference = DLedgerFileStore(group.cluster.config(lone).store)
+    reference.open()
+    assert [reference.get(i).body for i in range(5)] == [body(i) for i in range(5)]
+    end = reference.committed_pos
+    reference.close()
+    assert len({group.cluster.data_bytes(m, end) for m in members}) == 1
