@@ -258,6 +258,9 @@ class DLedgerEntryPusher:
         for old in [t for t in self.water_marks_by_term if t != term]:
             log.info("[TermChange] Will clear the watermarks for term changed from {old} to {term}", old=old, term=term)
             del self.water_marks_by_term[old]
+            # (DLedger keeps the last quorum index of an earlier leadership: appends at or below it, after a
+            # truncation, would wait for the once-a-second sweep.)
+            self.last_quorum_index = -1
         quorum_index = sorted(marks.values(), reverse=True)[len(marks) // 2]
         self.update_committed_index(term, quorum_index)
         need_check = False
