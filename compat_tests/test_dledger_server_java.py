@@ -58,14 +58,16 @@ class JavaMember:
             *([str(batch)] if batch else []),
         ]  # fmt: skip
         with open(self.log, "ab") as out:
+            self.since = out.tell()  # a restarted member's log goes on after its previous run's lines
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
     def status(self) -> tuple[str, int, str | None, int, int] | None:
         if self.proc.poll() is not None:
             return None
         with open(self.log, "rb") as f:
-            f.seek(max(0, os.path.getsize(self.log) - 8192))
-            lines = [line for line in f.read().decode(errors="replace").splitlines() if line.startswith("STATUS ")]
+            f.seek(max(self.since, os.path.getsize(self.log) - 8192))
+            whole = f.read().decode(errors="replace").split("\n")[:-1]  # (the last one may be half written)
+            lines = [line for line in whole if line.startswith("STATUS ")]
         if not lines:
             return None
         _, role, term, leader, end, committed = lines[-1].split()
