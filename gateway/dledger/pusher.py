@@ -188,7 +188,7 @@ class DLedgerEntryPusher:
         """The leader's append (``handleAppend``): written here, then waited for; :class:`DLedgerError` at once
         when this member cannot take it."""
         ms = self.member_state
-        if ms.role is not MemberRole.LEADER:
+        if ms.role is not MemberRole.LEADER or not self.running:
             raise DLedgerError(DLedgerResponseCode.NOT_LEADER, f"{ms.self_id} is not the leader ({ms.leader_id})")
         if ms.transferee is not None:
             raise DLedgerError(DLedgerResponseCode.LEADER_TRANSFERRING, f"handing over to {ms.transferee}")
