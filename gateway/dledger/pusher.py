@@ -208,12 +208,12 @@ class DLedgerEntryPusher:
     def fail_pending(self, code: DLedgerResponseCode, why: str, keep_term: int | None = None) -> None:
         """Fail every waiting append (of every term but ``keep_term``)."""
         for term in [t for t in self.pending_by_term if t != keep_term]:
-            for index, result in self.pending_by_term.pop(term).items():
-                log.info(
-                    "[TermChange] Will clear the pending response index={index} for term changed from {term}",
-                    index=index,
-                    term=term,
-                )
+            pending = self.pending_by_term.pop(term)
+            if pending:
+                # (DLedger logs each index; one line says it for all.)
+                log.info("[TermChange] Will clear the pending responses of indexes {first}-{last} of term {term}: "
+                         "{why}", first=min(pending), last=max(pending), term=term, why=why)  # fmt: skip
+            for index, result in pending.items():
                 result.committed.errback(DLedgerError(code, f"index {index} of term {term}: {why}"))
 
     def update_committed_index(self, term: int, committed_index: int) -> None:
