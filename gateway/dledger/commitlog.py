@@ -196,6 +196,9 @@ class DLedgerCommitLog(CommitLog):
         for msg, props, sys_flag, size in checked:
             record = bytearray(size)
             write_record(record, 0, size, msg, topic, props, sys_flag, queue_offset, 0, store_timestamp)
+            if appended is not None:
+                # Commits come in index order: the batch's last entry answers for the ones before it.
+                appended.committed.addErrback(lambda _: None)
             appended = self._append(record)
             if isinstance(appended, PutMessageResult):
                 break
