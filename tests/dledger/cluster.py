@@ -1,0 +1,111 @@
+"""Groups of our DLedger members on loopback ports with real stores, for the consensus tests."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from twisted.internet import reactor, task
+
+from gateway.dledger.config import DLedgerConfig
+from gateway.dledger.member_state import MemberRole
+from gateway.dledger.server import DLedgerServer
+from gateway.dledger.store import DLedgerStoreConfig
+
+GROUP = "g0"
+# Small timings so an election takes a fraction of a second: a follower gives up on its leader after 300 ms.
+TIMINGS = {
+    "heart_beat_time_interval_ms": 100,
+    "max_heart_beat_leak": 3,
+    "min_vote_interval_ms": 50,
+    "max_vote_interval_ms": 150,
+    "max_wait_ack_time_ms": 1000,
+    "max_push_time_out_ms": 300,
+}
+DATA_FILE = 64 * 1024
+INDEX_FILE = 32 * 1024
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+async def sleep(seconds: float) -> None:
+    await task.deferLater(reactor, seconds, lambda: None)
+
+
+async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``check`` every 20 ms until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await sleep(0.02)
+
+
+class Cluster:
+    """Members ``n0..n{size-1}`` of group g0, each with its own store directory under ``base``."""
+
+    def __init__(self, base: Path, size: int = 3, ports: list[int] | None = None, **overrides: Any) -> None:
+        self.base = base
+        ports = ports or free_ports(size)
+        self.peers = {f"n{i}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
+        self.timings = {**TIMINGS, **overrides}
+        self.servers: dict[str, DLedgerServer] = {}
+
+    def config(self, member: str) -> DLedgerConfig:
+        store = DLedgerStoreConfig(
+            store_base_dir=str(self.base / member),
+            self_id=member,
+            mapped_file_size_for_entry_data=DATA_FILE,
+            mapped_file_size_for_entry_index=INDEX_FILE,
+        )
+        return DLedgerConfig(group=GROUP, self_id=member, peers=self.peers, store=store, **self.timings)
+
+    def start(self, *members: str) -> None:
+        for member in members or tuple(self.peers):
+            server = DLedgerServer(self.config(member), reactor)
+            server.startService()
+            self.servers[member] = server
+
+    async def stop(self, *members: str) -> None:
+        for member in members or tuple(self.servers):
+            server = self.servers.pop(member)
+            await server.stopService()
+
+    def leaders(self) -> list[DLedgerServer]:
+        return [s for s in self.servers.values() if s.member_state.role is MemberRole.LEADER]
+
+    async def leader(self, timeout: float = 10.0) -> DLedgerServer:
+        """The one leader that every running member follows."""
+
+        def settled() -> DLedgerServer | None:
+            leaders = self.leaders()
+            if len(leaders) != 1:
+                return None
+            lead = leaders[0]
+            ms = lead.member_state
+            followers_agree = all(
+                s.member_state.leader_id == ms.self_id and s.member_state.term == ms.term for s in self.servers.values()
+            )
+            return lead if followers_agree else None
+
+        return await until(settled, timeout, "one leader followed by every running member")
+
+    def data_bytes(self, member: str, upto_pos: int) -> bytes:
+        """The member's data files concatenated, cut at ``upto_pos``."""
+        data = self.base / member / f"dledger-{member}" / "data"
+        return b"".join(p.read_bytes() for p in sorted(data.iterdir()))[:upto_pos]

@@ -1,0 +1,177 @@
+"""Three of our DLedger members on loopback: election, replication, failures, truncation, transfer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+
+from gateway.dledger.codes import DLedgerError, DLedgerResponseCode
+from gateway.dledger.member_state import MemberRole
+from gateway.dledger.store import DLedgerFileStore
+
+from .cluster import Cluster, until
+
+
+@pytest_twisted.async_yield_fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    group = Cluster(tmp_path)
+    yield group
+    await group.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_three_members_elect_one_leader(cluster: Cluster) -> None:
+    start = time.monotonic()
+    cluster.start()
+    leader = await cluster.leader(timeout=5)
+    elapsed = time.monotonic() - start
+    ms = leader.member_state
+    assert ms.term >= 1
+    followers = [s for s in cluster.servers.values() if s is not leader]
+    assert all(s.member_state.role is MemberRole.FOLLOWER for s in followers)
+    # Below the first vote wait (2 s + maxVoteIntervalMs): elected in the first rounds.
+    assert elapsed < 2.0, elapsed
+    # The term and vote are on disk in DLedger's file.
+    text = (Path(ms.term_path)).read_text()
+    assert f"currTerm={ms.term}\n" in text and f"voteLeader={ms.self_id}\n" in text
+
+
+@pytest_twisted.ensureDeferred
+async def test_appends_commit_on_a_majority_and_reach_followers(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    commits: dict[str, list[int]] = {m: [] for m in cluster.servers}
+    for member, server in cluster.servers.items():
+        server.add_commit_listener(commits[member].append)
+    results = [leader.append(f"body-{i}".encode()) for i in range(20)]
+    assert [r.entry.index for r in results] == list(range(20))
+    entries = [await r.committed for r in results]
+    assert [e.body for e in entries] == [f"body-{i}".encode() for i in range(20)]
+    assert leader.member_state.committed_index == 19
+    await until(lambda: all(s.member_state.committed_index == 19 for s in cluster.servers.values()), 5)
+    for member, server in cluster.servers.items():
+        assert commits[member][-1] == 19
+        assert commits[member] == sorted(commits[member])
+        assert [server.store.get(i).body for i in range(20)] == [f"body-{i}".encode() for i in range(20)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_follower_down_still_commits_two_down_times_out(tmp_path: Path) -> None:
+    # The wait for a quorum ends before the lonely leader steps down (3 heartbeats of 200 ms without a quorum).
+    cluster = Cluster(tmp_path, heart_beat_time_interval_ms=200, max_wait_ack_time_ms=300)
+    try:
+        await _follower_down_then_two(cluster)
+    finally:
+        await cluster.stop()
+
+
+async def _follower_down_then_two(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    lead = leader.member_state.self_id
+    down = [m for m in cluster.servers if m != lead]
+    await cluster.stop(down[0])
+    entry = await leader.append(b"with one follower").committed
+    assert entry.index == 0 and leader.member_state.committed_index == 0
+    await cluster.stop(down[1])
+    result = leader.append(b"alone")
+    with pytest.raises(DLedgerError) as e:
+        await result.committed
+    assert e.value.code is DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+    assert leader.member_state.committed_index == 0
+
+
+def committed_prefix(cluster: Cluster, member: str) -> bytes:
+    server = cluster.servers[member]
+    server.store.flush()
+    return cluster.data_bytes(member, server.store.committed_pos)
+
+
+async def all_committed(cluster: Cluster, index: int) -> None:
+    await until(
+        lambda: all(s.member_state.committed_index == index for s in cluster.servers.values()),
+        5,
+        f"every member committing {index}",
+    )
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopped_leader_is_replaced_and_restarted_follows_and_catches_up(cluster: Cluster) -> None:
+    cluster.start()
+    old = await cluster.leader()
+    old_id, old_term = old.member_state.self_id, old.member_state.term
+    for i in range(5):
+        await old.append(f"first-{i}".encode()).committed
+    await cluster.stop(old_id)
+    new = await cluster.leader(timeout=5)
+    assert new.member_state.self_id != old_id
+    assert new.member_state.term > old_term
+    for i in range(5):
+        await new.append(f"second-{i}".encode()).committed
+    cluster.start(old_id)
+    await cluster.leader()
+    assert cluster.servers[old_id].member_state.role is MemberRole.FOLLOWER
+    assert cluster.servers[old_id].member_state.leader_id == new.member_state.self_id
+    await all_committed(cluster, 9)
+    prefixes = {m: committed_prefix(cluster, m) for m in cluster.servers}
+    assert len(set(prefixes.values())) == 1 and len(prefixes[old_id]) > 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_divergent_uncommitted_tail_is_truncated_to_the_leaders_log(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    for i in range(3):
+        await leader.append(f"agreed-{i}".encode()).committed
+    await all_committed(cluster, 2)
+    await cluster.stop()
+    # n2 gets a tail nobody else has, in the old term.
+    lonely = DLedgerFileStore(cluster.config("n2").store)
+    lonely.open()
+    old_term = lonely.ledger_end_term
+    for i in range(4):
+        lonely.append_as_leader(f"divergent-{i}".encode() * 10, term=old_term)
+    assert lonely.ledger_end_index == 6
+    lonely.close()
+    cluster.start("n0", "n1")
+    leader = await cluster.leader()
+    if leader.member_state.term == old_term:  # the same leader re-elected in the term it led: move on one term
+        other = "n1" if leader.member_state.self_id == "n0" else "n0"
+        await leader.transfer_leadership(other)
+        leader = await cluster.leader()
+    assert leader.member_state.term > old_term
+    for i in range(2):
+        await leader.append(f"new-{i}".encode()).committed
+    cluster.start("n2")
+    await cluster.leader()
+    await all_committed(cluster, 4)
+    n2 = cluster.servers["n2"]
+    assert n2.store.ledger_end_index == 4
+    assert [n2.store.get(i).body for i in range(5)] == [b"agreed-0", b"agreed-1", b"agreed-2", b"new-0", b"new-1"]
+    assert committed_prefix(cluster, "n2") == committed_prefix(cluster, leader.member_state.self_id)
+
+
+@pytest_twisted.ensureDeferred
+async def test_leadership_transfer_to_a_chosen_member(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    term = leader.member_state.term
+    await leader.append(b"before").committed
+    target = next(m for m in cluster.servers if m != leader.member_state.self_id)
+    roles: list[tuple[MemberRole, int, str | None]] = []
+    cluster.servers[target].add_role_listener(lambda *change: roles.append(change))
+    response = await leader.transfer_leadership(target)
+    assert response.code == DLedgerResponseCode.SUCCESS
+    new = await cluster.leader()
+    assert new.member_state.self_id == target and new.member_state.term == term + 1
+    assert roles[-1] == (MemberRole.LEADER, term + 1, target)
+    assert leader.member_state.role is MemberRole.FOLLOWER
+    await new.append(b"after").committed
+    await all_committed(cluster, 1)
+    with pytest.raises(DLedgerError) as e:
+        leader.append(b"to the old leader")
+    assert e.value.code is DLedgerResponseCode.NOT_LEADER
