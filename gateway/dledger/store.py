@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.config import format_properties, parse_properties
@@ -42,6 +43,10 @@ COMMITTED_INDEX_KEY = "committedIndex"
 MIN_BLANK_LEN = 8
 _BLANK = struct.Struct(">ii")
 _HEAD = struct.Struct(">iiqqqiiii")
+
+# ``hook(entry, body)``: may rewrite the body of an entry whose index, term and position are set, before it is
+# written (``AppendHook``).
+AppendHook = Callable[[DLedgerEntry, bytearray], None]
 
 
 class DLedgerStoreError(DLedgerError):
@@ -85,6 +90,7 @@ class DLedgerFileStore:
         self.ledger_end_term = 0
         self.committed_index = -1
         self.committed_pos = -1
+        self.append_hook: AppendHook | None = None
 
     # -- appends
 
@@ -96,6 +102,7 @@ class DLedgerFileStore:
             )
         entry = DLedgerEntry(index=self.ledger_end_index + 1, term=term, body=body, channel=channel)
         entry.pos = self._pre_append(self.data, entry.size, blank=True)
+        self._run_append_hook(entry)
         self._write(entry)
         return entry
 
@@ -112,8 +119,28 @@ class DLedgerFileStore:
         pos = self._pre_append(self.data, entry.size, blank=True)
         if pos != entry.pos:
             raise DLedgerStoreError(DLedgerResponseCode.DISK_ERROR, f"{pos} != {entry.pos}")
+        self._run_append_hook(entry)
         self._write(entry)
         return entry
+
+    def _run_append_hook(self, entry: DLedgerEntry) -> None:
+        hook = self.append_hook
+        if hook is not None:
+            body = bytearray(entry.body)
+            hook(entry, body)
+            entry.body = bytes(body)
+
+    def start_data_at(self, offset: int) -> None:
+        """Make an empty ledger's first entry go at ``offset``, the end of the broker's commitlog converted to
+        DLedger (``getLastMappedFile(dividedCommitlogOffset)``); its first data file is created there."""
+        data = self.data
+        if data.files or self.ledger_end_index != -1 or offset < 0 or offset % data.mapped_file_size:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR,
+                f"cannot start the data files at {offset}: not an empty ledger's file start",
+            )
+        data.create_file(offset)
+        data.wrote_where = data.flushed_where = offset
 
     def _write(self, entry: DLedgerEntry) -> None:
         """Write ``entry`` at ``data.wrote_where`` (already ``entry.pos``) and its index record."""
@@ -397,6 +424,11 @@ class DLedgerFileStore:
             last_index, last_term = index, term
             rel += size
         return last_index, last_term, f.file_from_offset + rel
+
+    def revise_ledger_begin_index(self) -> None:
+        """After the oldest data files were deleted (expired): the ledger begins at the first one left's entry."""
+        if self.data.files and self.ledger_end_index != -1:
+            self.ledger_begin_index = self._first_index()
 
     def _first_index(self) -> int:
         head = self._head(self.data.files[0], 0)

@@ -121,13 +121,12 @@ class CleanCommitLogService:
         if manual:
             self.manual_delete_rounds -= 1
         clean_at_once = config.cleanFileForciblyEnable and self.clean_immediately
-        queue = self.store.commit_log.queue
-        files = queue.delete_expired_file_by_time(
+        files, destroy = self.store.commit_log.delete_expired_files(
             config.fileReservedTime * _HOUR_MS, int(self.clock() * 1000), clean_at_once, _DELETE_FILES_BATCH_MAX
         )
         if files:
             log.info("deleting %d commitlog file(s) up to %s", len(files), files[-1].path)
-            return [Deletion(files, queue.destroy_files)]
+            return [Deletion(files, destroy)]
         if space_full:
             log.warning("disk space will be full soon, but no commitlog file could be deleted")
         return []

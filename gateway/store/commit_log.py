@@ -8,7 +8,7 @@ import mmap
 import struct
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -194,11 +194,19 @@ class CommitLog:
     after each appended record.  Segments are counted in ``pool``; the one being written stays mapped.
     """
 
-    def __init__(self, config: StoreConfig, dispatcher: Dispatcher, pool: MappedFilePool | None = None) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        dispatcher: Dispatcher,
+        pool: MappedFilePool | None = None,
+        queue: MappedFileQueue | None = None,
+    ) -> None:
         self.config = config
-        self.queue = MappedFileQueue(
-            config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
-        )
+        if queue is None:
+            queue = MappedFileQueue(
+                config.commit_log_path, config.mappedFileSizeCommitLog, preallocate=True, pool=pool, pin_last=True
+            )
+        self.queue = queue  # given: records kept elsewhere, read through this (DLedger's data files)
         self.dispatcher = dispatcher
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         # (end offset, store time of the record ending there): one attribute, so a flushing thread reads a
@@ -221,6 +229,16 @@ class CommitLog:
     def max_offset(self) -> int:
         """Offset just past the last record."""
         return self.queue.wrote_where
+
+    @property
+    def max_wrote_offset(self) -> int:
+        """Offset just past the last byte written: recovery cuts consume queues and the index there."""
+        return self.queue.wrote_where
+
+    @property
+    def empty(self) -> bool:
+        """Whether no segment is on disk."""
+        return not self.queue.files
 
     # -- append ------------------------------------------------------------------------------------------
 
@@ -306,7 +324,7 @@ class CommitLog:
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
         phy = f.file_from_offset + pos
         store_timestamp = now_ms()
-        _write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+        write_record(f.mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
         self.queue.wrote_where = phy + size
         self.tail = (phy + size, store_timestamp)
         if phy + size > self._warm_at:
@@ -323,25 +341,37 @@ class CommitLog:
             ),
         )
 
-    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
-        """Append a batch (one topic and queue, no transaction flags) contiguously in one segment."""
+    def _check_batch(
+        self, msgs: list[MessageExtBrokerInner]
+    ) -> tuple[PutMessageStatus, bytes, list[tuple[MessageExtBrokerInner, bytes, int, int]], int]:
+        """Validate a batch (one topic and queue, no transaction flags); returns (status, topic bytes,
+        [(message, properties bytes, sysFlag, record size)], total size)."""
+        checked: list[tuple[MessageExtBrokerInner, bytes, int, int]] = []
         if not msgs:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
         first = msgs[0]
-        checked = []
+        topic = b""
         total = 0
         body_total = 0
         for msg in msgs:
             if msg.topic != first.topic or msg.queue_id != first.queue_id or msg.sys_flag & _TRAN_MASK:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+                return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
             status, topic, props, sys_flag, size = self._check(msg)
             if status is not _PUT_OK:
-                return PutMessageResult(status)
+                return status, b"", checked, 0
             checked.append((msg, props, sys_flag, size))
             total += size
             body_total += len(msg.body)
         if body_total > self.config.maxMessageSize or total + END_FILE_MIN_BLANK_LENGTH > self.queue.mapped_file_size:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+            return PutMessageStatus.MESSAGE_ILLEGAL, b"", checked, 0
+        return _PUT_OK, topic, checked, total
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append a batch (one topic and queue, no transaction flags) contiguously in one segment."""
+        status, topic, checked, total = self._check_batch(msgs)
+        if status is not _PUT_OK:
+            return PutMessageResult(status)
+        first = msgs[0]
         try:
             f, pos = self._reserve(total)
         except OSError:
@@ -353,7 +383,7 @@ class CommitLog:
         store_timestamp = now_ms()  # one store time for the whole batch, as Java
         mm = f.mm
         for msg, props, sys_flag, size in checked:
-            _write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
+            write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, store_timestamp)
             pos += size
             phy += size
             queue_offset += 1
@@ -451,6 +481,51 @@ class CommitLog:
         """Start of the segment after the one holding ``offset``."""
         size = self.queue.mapped_file_size
         return offset + size - offset % size
+
+    def read_records(self, offset: int, end: int) -> Iterator[tuple[DispatchRequest | None, int]]:
+        """The whole records from ``offset`` up to ``end`` (what a reput dispatches), each with the offset after it;
+        ``(None, offset)`` where reading jumps (a segment's end blank, a damaged stretch skipped).  Stops before a
+        record whose rest has not arrived yet (a slave's transfer ends inside it)."""
+        while offset < end:
+            f = self.queue.find_mapped_file_by_offset(offset)
+            if f is None:
+                return
+            base = f.file_from_offset
+            view = f.view[: end - base]  # a record beyond ``end`` is not whole yet
+            pos = offset - base
+            while pos < len(view):
+                try:
+                    req = check_message_and_return_size(view, pos, base, False)
+                except CorruptRecordError as e:
+                    # Usually the rest of this record comes with the next transfer; but with a whole record after
+                    # it, it is a damaged one the master's recovery skipped: skip it too.
+                    if record_arriving(view, pos, f.file_size, self.config.maxMessageSize):
+                        return
+                    found = self.next_valid_record(base + pos + 1, end)
+                    if found is None:
+                        return
+                    log.warning(
+                        "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) replicated into %s",
+                        *(base + pos, found, found - base - pos, e, f.path),
+                    )
+                    offset = found
+                    yield None, offset
+                    break
+                if req is None:  # end-of-segment blank
+                    offset = f.end_offset
+                    yield None, offset
+                    break
+                pos += req.msg_size
+                offset = base + pos
+                yield req, offset
+
+    def delete_expired_files(
+        self, expired_ms: int, now_ms: int, clean_immediately: bool, batch_max: int
+    ) -> tuple[list[MappedFile], Callable[[list[MappedFile]], None]]:
+        """Detach the oldest segments last modified ``expired_ms`` ago or earlier (``deleteExpiredFile``); returns
+        them and what deletes them (blocking, after any flush still syncing them)."""
+        queue = self.queue
+        return queue.delete_expired_file_by_time(expired_ms, now_ms, clean_immediately, batch_max), queue.destroy_files
 
     # -- flush -------------------------------------------------------------------------------------------
 
@@ -589,8 +664,8 @@ class CommitLog:
         self.topic_queue_table.clear()
 
 
-def _write_record(
-    mm: mmap.mmap,
+def write_record(
+    mm: mmap.mmap | bytearray,
     pos: int,
     size: int,
     msg: MessageExtBrokerInner,
@@ -602,7 +677,8 @@ def _write_record(
     store_timestamp: int,
 ) -> None:
     """Write the commitlog record of ``msg`` (``size`` bytes, at ``phy``, with its assigned queue offset and store
-    time) into ``mm`` at ``pos``: by the C store straight into the mapping, else built and copied in."""
+    time) into ``mm`` (a mapping, or a buffer) at ``pos``: by the C store straight into it, else built and copied
+    in."""
     c = _c_store
     if c is None:
         mm[pos : pos + size] = encode_record(

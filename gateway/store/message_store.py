@@ -15,7 +15,9 @@ import os
 import resource
 import shutil
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from twisted.internet import defer
 
 from gateway.remoting.message import (
     NAME_VALUE_SEPARATOR,
@@ -39,11 +41,9 @@ from .checkpoint import StoreCheckpoint
 from .commit_log import (
     MIN_RECORD_SIZE,
     CommitLog,
-    CorruptRecordError,
+    Dispatcher,
     DispatchRequest,
-    check_message_and_return_size,
     is_dispatched,
-    record_arriving,
 )
 from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
@@ -73,12 +73,17 @@ class DefaultMessageStore:
     is indexed, with the message's queue offset (the queue's max offset is one more).
     """
 
-    def __init__(self, config: StoreConfig) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        commit_log: Callable[[StoreConfig, Dispatcher, MappedFilePool], CommitLog] = CommitLog,
+    ) -> None:
+        """``commit_log(config, dispatcher, pool)`` makes the commitlog (a ``DLedgerCommitLog`` on a ledger)."""
         self.config = config
         self.arriving_listener: ArrivingListener | None = None
         # Every file's mapping is counted here, so open descriptors stay bounded however many queues exist.
         self.mapped_file_pool = MappedFilePool(config.maxOpenMappedFiles)
-        self.commit_log = CommitLog(config, self._dispatch, self.mapped_file_pool)
+        self.commit_log = commit_log(config, self._dispatch, self.mapped_file_pool)
         self.consume_queue_table: dict[tuple[str, int], ConsumeQueue] = {}
         self.index_service = IndexService(config, self.mapped_file_pool)
         self.checkpoint: StoreCheckpoint | None = None
@@ -132,7 +137,9 @@ class DefaultMessageStore:
             if isinstance(e, OSError):
                 raise _access_error(e) from None
             raise
-        self._reput_from = self.commit_log.max_offset
+        # What the consume queues reach counts too: on a ledger whose checkpoint's commit index is behind them.
+        reach = max((cq.max_physic_offset for cq in self.consume_queue_table.values()), default=0)
+        self._reput_from = max(self.commit_log.max_offset, reach)
         self.running = True
         log.info("store %s started: %s", root, report)
         return report
@@ -175,7 +182,7 @@ class DefaultMessageStore:
         for cq in self.consume_queue_table.values():
             _, dropped = cq.recover(abnormal)
             report.files_dropped += dropped
-        if not self.commit_log.queue.files:
+        if self.commit_log.empty:
             for cq in list(self.consume_queue_table.values()):
                 if cq.queue.files:
                     log.warning("no commitlog files: dropping consume queue %s-%d", cq.topic, cq.queue_id)
@@ -221,7 +228,7 @@ class DefaultMessageStore:
 
         report.records_kept, report.bytes_truncated, dropped, report.skipped = cl.recover(start, on_record, abnormal)
         report.files_dropped += dropped
-        report.max_phy_offset = end = cl.max_offset
+        report.max_phy_offset = end = cl.max_wrote_offset
         if report.skipped:
             for cq in self.consume_queue_table.values():
                 report.cq_units_blanked += cq.blank_units_in(report.skipped)
@@ -291,6 +298,11 @@ class DefaultMessageStore:
                 "was written"
             )
 
+    def recover_topic_queue_table(self) -> None:
+        """Take each queue's next offset from its consume queue (``recoverTopicQueueTable``): a DLedger follower
+        that becomes the leader does so once it has dispatched everything committed."""
+        self._rebuild_topic_queue_table()
+
     def _rebuild_topic_queue_table(self) -> None:
         min_phy = self.commit_log.min_offset
         table = {}
@@ -355,6 +367,15 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         return self.commit_log.put_messages(msgs)
 
+    def async_put_message(self, msg: MessageExtBrokerInner) -> defer.Deferred[PutMessageResult]:
+        """``put_message`` as a Deferred (``asyncPutMessage``): on a DLedger ledger the commitlog answers once a
+        majority holds the entry, and ``put_message`` itself returns that Deferred."""
+        return _deferred(self.put_message(msg))
+
+    def async_put_messages(self, msgs: list[MessageExtBrokerInner]) -> defer.Deferred[PutMessageResult]:
+        """``put_messages`` as a Deferred (``asyncPutMessages``)."""
+        return _deferred(self.put_messages(msgs))
+
     def append_to_commit_log(self, phy_offset: int, data: bytes | memoryview) -> bool:
         """Slave: append bytes replicated from the master at ``phy_offset`` (DefaultMessageStore.appendToCommitLog);
         :meth:`dispatch_appended` then dispatches what they complete.  False if the offset does not continue the
@@ -390,54 +411,29 @@ class DefaultMessageStore:
         return cut
 
     def _reput(self) -> None:
-        """Dispatch the whole records between the last dispatched offset and the commitlog's end."""
+        """Dispatch the whole records between the last dispatched offset and the commitlog's end (its committed
+        end on a DLedger ledger)."""
         cl = self.commit_log
-        end = cl.max_offset
         self._reput_from = max(self._reput_from, cl.min_offset)
         dispatch, tags_code_of, queue_table = self._dispatch, self._tags_code_of, cl.topic_queue_table
-        while self._reput_from < end:
-            f = cl.queue.find_mapped_file_by_offset(self._reput_from)
-            if f is None:
-                return
-            base = f.file_from_offset
-            view = f.view[: end - base]  # a record beyond ``end`` is not whole yet
-            pos = self._reput_from - base
-            while pos < len(view):
-                try:
-                    req = check_message_and_return_size(view, pos, base, False)
-                except CorruptRecordError as e:
-                    # Usually the rest of this record comes with the next transfer; but with a whole record after
-                    # it, it is a damaged one the master's recovery skipped: skip it too.
-                    if record_arriving(view, pos, f.file_size, cl.config.maxMessageSize):
-                        return
-                    found = cl.next_valid_record(base + pos + 1, end)
-                    if found is None:
-                        return
-                    log.warning(
-                        "commitlog: skipped damaged bytes [%d, %d) (%d bytes: %s) replicated into %s",
-                        *(base + pos, found, found - base - pos, e, f.path),
-                    )
-                    self._reput_from = found
-                    break
-                if req is None:  # end-of-segment blank
-                    self._reput_from = f.end_offset
-                    break
-                dispatch(
-                    req.topic,
-                    req.queue_id,
-                    req.commit_log_offset,
-                    req.msg_size,
-                    tags_code_of(req.topic, req.properties, req.store_timestamp),
-                    req.consume_queue_offset,
-                    req.store_timestamp,
-                    req.sys_flag,
-                    req.properties,
-                )
-                if is_dispatched(req.sys_flag):
-                    queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
-                pos += req.msg_size
-                self._reput_from = base + pos
-                cl.tail = (self._reput_from, req.store_timestamp)
+        for req, next_offset in cl.read_records(self._reput_from, cl.max_offset):
+            self._reput_from = next_offset
+            if req is None:
+                continue
+            dispatch(
+                req.topic,
+                req.queue_id,
+                req.commit_log_offset,
+                req.msg_size,
+                tags_code_of(req.topic, req.properties, req.store_timestamp),
+                req.consume_queue_offset,
+                req.store_timestamp,
+                req.sys_flag,
+                req.properties,
+            )
+            if is_dispatched(req.sys_flag):
+                queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+            cl.tail = (next_offset, req.store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         """The queue, made on first use; None for a topic that cannot name a directory of the store (a record
@@ -802,6 +798,10 @@ class DefaultMessageStore:
         if index_timestamp:
             checkpoint.index_msg_timestamp = index_timestamp
         checkpoint.flush()
+
+
+def _deferred(result: PutMessageResult | defer.Deferred[PutMessageResult]) -> defer.Deferred[PutMessageResult]:
+    return result if isinstance(result, defer.Deferred) else defer.succeed(result)
 
 
 def _access_error(e: OSError) -> StoreLoadError:

@@ -153,7 +153,7 @@ def _written(record: tuple[Any, ...], c: Any) -> tuple[str, Any]:
     mm = bytearray(b"\xee" * 33500)
     commit_log._c_store = c
     try:
-        commit_log._write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, stamp)
+        commit_log.write_record(mm, pos, size, msg, topic, props, sys_flag, queue_offset, phy, stamp)
     except Exception as e:
         return "raised", type(e)
     finally:
@@ -178,12 +178,12 @@ def test_a_record_past_the_mapping_is_refused() -> None:
     msg = MessageExtBrokerInner("t", 0, 0, b"body", "", 0, 0, 0, bytes(8), bytes(8))
     size = record_size(4, 1, 0)
     mm = bytearray(size)
-    commit_log._write_record(mm, 0, size, msg, b"t", b"", 0, 0, 0, 0)
+    commit_log.write_record(mm, 0, size, msg, b"t", b"", 0, 0, 0, 0)
     for pos in (1, size, 10**12):
         with pytest.raises(ValueError):
-            commit_log._write_record(mm, pos, size, msg, b"t", b"", 0, 0, 0, 0)
+            commit_log.write_record(mm, pos, size, msg, b"t", b"", 0, 0, 0, 0)
     with pytest.raises(struct.error):  # as struct.pack refuses the topic's length byte
-        commit_log._write_record(mm, 0, size + 128, msg, b"t" * 129, b"", 0, 0, 0, 0)
+        commit_log.write_record(mm, 0, size + 128, msg, b"t" * 129, b"", 0, 0, 0, 0)
 
 
 @needs_c
@@ -191,7 +191,7 @@ def test_a_field_out_of_range_is_named() -> None:
     msg = MessageExtBrokerInner("t", 2**31, 0, b"body", "", 0, 0, 0, bytes(8), bytes(8))
     size = record_size(4, 1, 0)
     with pytest.raises(struct.error, match="queue_id out of range"):
-        commit_log._write_record(bytearray(size), 0, size, msg, b"t", b"", 0, 0, 0, 0)
+        commit_log.write_record(bytearray(size), 0, size, msg, b"t", b"", 0, 0, 0, 0)
 
 
 def _wait_for(read_fd: int, thread: Any) -> Any:
