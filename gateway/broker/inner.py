@@ -6,6 +6,11 @@ body (still compressed, if it was), flag, sysFlag, born and store hosts of the o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+from twisted.internet.defer import Deferred
+
 from gateway.remoting.message import (
     MessageConst,
     MessageExt,
@@ -15,7 +20,19 @@ from gateway.remoting.message import (
     properties_to_string,
     tags_code,
 )
-from gateway.store.api import MessageExtBrokerInner, MessageStore
+from gateway.store.api import MessageExtBrokerInner, MessageStore, PutMessageResult
+
+_T = TypeVar("_T")
+
+
+def when_put(
+    result: PutMessageResult | Deferred[PutMessageResult], then: Callable[[PutMessageResult], _T]
+) -> _T | Deferred[_T]:
+    """``then(result)`` now, or once it is known: on a DLedger ledger a put is decided when a majority holds its
+    entry (or not), and the store returns a Deferred of it."""
+    if type(result) is PutMessageResult:
+        return then(result)
+    return result.addCallback(then)  # type: ignore[union-attr]
 
 
 def look_message(store: MessageStore, phy_offset: int) -> MessageExt | None:

@@ -339,6 +339,8 @@ class AdminBrokerProcessor:
         for level, offset in sorted(broker.schedule.offset_table.items()):
             end = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             table[f"scheduleMessageOffset_{level}"] = f"{offset},{end}"
+        if broker.dledger is not None:
+            table.update(broker.dledger.runtime_info())
         return request.response(body=fastjson.dumps(KVTable(table)))
 
     def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:

@@ -39,7 +39,7 @@ from gateway.remoting.recall_handle import RecallHandle
 from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from gateway.store.message_store import TIMER_TOPIC
 
-from ..inner import inner_from_ext, look_message
+from ..inner import inner_from_ext, look_message, when_put
 from ..managers import retry_topic
 from ..schedule import handle_schedule_message
 
@@ -283,21 +283,24 @@ class SendMessageProcessor:
             if remark is not None:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
-            if result.ok and msg.topic == TIMER_TOPIC:
-                self._attach_recall_handle(props, ext)
+            if msg.topic == TIMER_TOPIC:
+                result = when_put(result, lambda stored: self._attach_recall_handle(stored, props, ext))
         # The answer names the requested queue even when the message is parked in a system queue.
         return self._respond(request, result, msg.topic, queue_id, ext, wait_store_msg_ok(header.properties))
 
-    def _attach_recall_handle(self, props: dict[str, str], ext: dict[str, str]) -> None:
+    def _attach_recall_handle(
+        self, result: PutMessageResult, props: dict[str, str], ext: dict[str, str]
+    ) -> PutMessageResult:
         """attachRecallHandle: a parked timer message's answer carries the handle that can withdraw it (not a
-        retry's: those are the broker's own)."""
+        retry's: those are the broker's own); ``result`` is the put's, passed on."""
         real_topic = props.get(MessageConst.REAL_TOPIC)
         unique_id = props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if real_topic is None or unique_id is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return
+        if not result.ok or real_topic is None or unique_id is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return result
         # One past the delivery time, as Apache's (its timer wheel slots are floored).
         timestamp = str(int(props[MessageConst.TIMER_OUT_MS]) + 1)
         ext["recallHandle"] = RecallHandle(real_topic, self.broker.config.brokerName, timestamp, unique_id).encode()
+        return result
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
@@ -404,12 +407,15 @@ class SendMessageProcessor:
     def _respond(
         self,
         request: RemotingCommand,
-        result: PutMessageResult,
+        result: PutMessageResult | Deferred[PutMessageResult],
         topic: str,
         queue_id: int,
         ext: dict[str, str],
         wait_stored: bool,
-    ) -> RemotingCommand | LaterResponse:
+    ) -> RemotingCommand | LaterResponse | Deferred[Any]:
+        if type(result) is not PutMessageResult:
+            # DLedger mode: answered once a majority holds the entry, with what DLedgerCommitLog made of it.
+            return result.addCallback(lambda put: self._respond(request, put, topic, queue_id, ext, wait_stored))
         append = result.append
         if result.status is not _PUT_OK or append is None:
             return request.response(*_status_code(result.status), ext)
@@ -432,8 +438,15 @@ class SendMessageProcessor:
         return later
 
 
-def put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
-    """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code."""
+def put_result_response(
+    request: RemotingCommand, result: PutMessageResult | Deferred[PutMessageResult]
+) -> RemotingCommand | Deferred[RemotingCommand]:
+    """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code; once
+    the put is decided on a DLedger ledger."""
+    return when_put(result, lambda stored: _put_result_response(request, stored))
+
+
+def _put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
     if result.ok:
         return request.response(ResponseCode.SUCCESS)
     code, remark = _status_code(result.status)

@@ -1,0 +1,222 @@
+"""Issue 27 items 4 and 5: three of our brokers as one DLedger group with our NameServer, all real processes.
+
+The leader registers as master (brokerId 0), the others as slaves with their self id's number + 1; a send to
+the master is acknowledged once a majority holds it and is read back, a follower refuses sends as an Apache
+slave does; GET_BROKER_RUNTIME_INFO shows each member's role, term and indexes; when the leader is SIGKILLed a
+new master is in the route within the election timeout and sends resume there, the acknowledged messages kept.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests.servers import call, free_broker_port, free_port
+from gateway.client import blocking
+from gateway.client.producer import build_message
+from gateway.remoting import fastjson
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from tests.broker.test_broker_server import send_header
+from tests.ha.procs import Proc, bodies, until, write_properties
+from tests.namesrv.support import route_request
+
+GROUP = "broker-a"
+TOPIC = "DLedgerTopic"
+QUEUES = 4
+HEARTBEAT_MS = 200
+MAX_HEARTBEAT_LEAK = 3
+MAX_VOTE_INTERVAL_MS = 300
+# A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
+# the rest is for a loaded machine (two cores shared by many).
+ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
+SLAVE_REFUSAL = (
+    "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+    "messages are put to the slave, message store has been shut down, etc."
+)
+
+
+class Group:
+    """Our NameServer and three brokers of one DLedger group, as processes under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: list[Proc] = []
+        self.namesrv = ""
+        self.brokers: dict[str, str] = {}  # self id → broker address
+        self.members: dict[str, Proc] = {}
+        self.metrics: dict[str, int] = {}  # self id → /metrics port
+
+    def start(self) -> Group:
+        port = free_port()
+        conf = write_properties(
+            self.root / "namesrv.properties",
+            {"listenPort": str(port), "bindAddress": "127.0.0.1", "kvConfigPath": str(self.root / "kv.json")},
+        )
+        self.procs.append(Proc("gateway.namesrv", conf, self.root))
+        self.namesrv = f"127.0.0.1:{port}"
+        ids = ["n0", "n1", "n2"]
+        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
+        for i in ids:
+            port = free_broker_port()
+            self.metrics[i] = free_port()
+            props = {
+                "brokerClusterName": "DefaultCluster",
+                "brokerName": GROUP,
+                "brokerIP1": "127.0.0.1",
+                "bindAddress": "127.0.0.1",
+                "listenPort": str(port),
+                "namesrvAddr": self.namesrv,
+                "storePathRootDir": str(self.root / i),
+                "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+                "metricsExporterType": "PROM",
+                "metricsPromExporterHost": "127.0.0.1",
+                "metricsPromExporterPort": str(self.metrics[i]),
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": GROUP,
+                "dLegerPeers": peers,
+                "dLegerSelfId": i,
+                "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
+                "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
+                "minVoteIntervalMs": "100",
+                "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
+            }
+            proc = Proc("gateway.broker", write_properties(self.root / f"broker-{i}.conf", props), self.root)
+            self.procs.append(proc)
+            self.members[i] = proc
+            self.brokers[i] = f"127.0.0.1:{port}"
+        return self
+
+    def route(self) -> dict[int, str]:
+        """The group's brokerAddrs as the NameServer routes TOPIC (id → address); empty until routed."""
+        resp = call(self.namesrv, route_request(TOPIC), 3)
+        if resp.code != ResponseCode.SUCCESS:
+            return {}
+        for data in fastjson.loads(resp.body)["brokerDatas"]:
+            if data["brokerName"] == GROUP:
+                return {int(k): v for k, v in data["brokerAddrs"].items()}
+        return {}
+
+    def member_at(self, addr: str) -> str:
+        return next(i for i, a in self.brokers.items() if a == addr)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    g = Group(tmp_path)
+    try:
+        yield g.start()
+    finally:
+        g.stop()
+
+
+def send(addr: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
+    req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(TOPIC, {}, queue_id), body)
+    return call(addr, req, 10)
+
+
+def runtime_info(addr: str) -> dict[str, str]:
+    resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 5)
+    assert resp.code == ResponseCode.SUCCESS
+    return fastjson.loads(resp.body)["table"]
+
+
+def settled_route(group: Group, live: set[str]) -> dict[int, str]:
+    """The route once it holds a master and every live member as a slave under its own id."""
+
+    def settled() -> dict[int, str] | None:
+        route = group.route()
+        if 0 not in route or set(route.values()) != {group.brokers[i] for i in live}:
+            return None
+        master = group.member_at(route[0])
+        slaves = {int(i[1:]) + 1: group.brokers[i] for i in live if i != master}
+        return route if {k: v for k, v in route.items() if k} == slaves else None
+
+    return until(settled, 30, "a master and its slaves in the route")
+
+
+def create_topic(master: str) -> None:
+    header = {
+        "topic": TOPIC,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(QUEUES),
+        "writeQueueNums": str(QUEUES),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+    }
+    resp = call(master, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), 5)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
+    create_topic_once = until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    assert create_topic_once
+    route = settled_route(group, {"n0", "n1", "n2"})
+    master = route[0]
+    leader = group.member_at(master)
+    followers = [i for i in group.brokers if i != leader]
+
+    # Sends to the master are acknowledged once a majority holds them; the Python client finds it by route.
+    for n in range(8):
+        resp = send(master, b"before-%d" % n, n % QUEUES)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    with blocking.Producer("dledger-pg", group.namesrv) as producer:
+        result = producer.send(build_message(TOPIC, b"from-the-client"))
+    assert result.queue.broker_name == GROUP
+    acked = {b"before-%d" % n for n in range(8)} | {b"from-the-client"}
+    assert set(bodies(master, TOPIC, QUEUES)) == acked
+
+    # A follower refuses a send as an Apache slave does, and serves pulls of what is committed.
+    resp = send(group.brokers[followers[0]], b"to-a-follower")
+    assert (resp.code, resp.remark) == (ResponseCode.SERVICE_NOT_AVAILABLE, SLAVE_REFUSAL)
+    until(lambda: set(bodies(group.brokers[followers[0]], TOPIC, QUEUES)) == acked, 10, "the follower dispatched")
+
+    # Operators see each member's role, term, leader and indexes.
+    info = runtime_info(master)
+    assert info["dLedgerRole"] == "LEADER" and info["dLedgerLeaderId"] == leader and info["dLedgerSelfId"] == leader
+    term = int(info["dLedgerTerm"])
+    assert term >= 1 and int(info["dLedgerCommittedIndex"]) == int(info["dLedgerLedgerEndIndex"]) >= 8
+    follower_info = runtime_info(group.brokers[followers[0]])
+    assert (follower_info["dLedgerRole"], follower_info["dLedgerLeaderId"]) == ("FOLLOWER", leader)
+    assert int(follower_info["dLedgerTerm"]) == term
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{group.metrics[leader]}/metrics", timeout=5).read().decode()
+    assert f'rocketmq_dledger_term{{cluster="DefaultCluster",node_id="{GROUP}",node_type="broker"}} {term}.0' in metrics
+    assert "rocketmq_dledger_commit_lag" in metrics
+
+    # SIGKILL the leader: a new master within the election timeout, the acknowledged messages all there.
+    group.members[leader].kill()
+    killed_at = time.monotonic()
+    route = until(
+        lambda: (r := group.route()).get(0) not in (None, master) and r, ELECTION_TIMEOUT, "a new master in the route"
+    )
+    failover = time.monotonic() - killed_at
+    new_master = route[0]
+    print(f"failover {failover:.2f} s")
+    assert group.member_at(new_master) in followers, failover
+    resp = send(new_master, b"after")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert set(bodies(new_master, TOPIC, QUEUES)) == acked | {b"after"}
+    info = runtime_info(new_master)
+    assert info["dLedgerRole"] == "LEADER" and int(info["dLedgerTerm"]) > term
+
+
+def _bootstrap(group: Group) -> bool:
+    """Create the topic on the master once the group has one (auto-created topics would do too)."""
+    route = group.route() or {}
+    resp = call(group.namesrv, route_request("TBW102"), 3)
+    if resp.code != ResponseCode.SUCCESS:
+        return False
+    for data in fastjson.loads(resp.body)["brokerDatas"]:
+        master = data["brokerAddrs"].get("0")
+        if data["brokerName"] == GROUP and master:
+            create_topic(master)
+            return True
+    return bool(route)
