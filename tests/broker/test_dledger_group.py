@@ -8,6 +8,8 @@ new master is in the route within the election timeout and sends resume there, t
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -184,12 +186,30 @@ def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
     assert info["dLedgerRole"] == "LEADER" and info["dLedgerLeaderId"] == leader and info["dLedgerSelfId"] == leader
     term = int(info["dLedgerTerm"])
     assert term >= 1 and int(info["dLedgerCommittedIndex"]) == int(info["dLedgerLedgerEndIndex"]) >= 8
-    follower_info = runtime_info(group.brokers[followers[0]])
+    follower = group.brokers[followers[0]]
+    follower_info = runtime_info(follower)
     assert (follower_info["dLedgerRole"], follower_info["dLedgerLeaderId"]) == ("FOLLOWER", leader)
     assert int(follower_info["dLedgerTerm"]) == term
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{group.metrics[leader]}/metrics", timeout=5).read().decode()
     assert f'rocketmq_dledger_term{{cluster="DefaultCluster",node_id="{GROUP}",node_type="broker"}} {term}.0' in metrics
     assert "rocketmq_dledger_commit_lag" in metrics
+    # mqadmin brokerStatus prints them.
+    status = subprocess.run(
+        [sys.executable, "-m", "gateway.admin", "brokerStatus", "-n", group.namesrv, "-b", follower],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert status.returncode == 0, status.stderr
+    lines = {line.split()[0]: line.split()[-1] for line in status.stdout.splitlines() if line.startswith("dLedger")}
+    assert lines["dLedgerRole"] == "FOLLOWER" and lines["dLedgerTerm"] == str(term)
+    assert lines["dLedgerLeaderId"] == leader and lines["dLedgerSelfId"] == followers[0]
+    # The console lists every member with its DLedger state (the others' asked of them).
+    page = urllib.request.urlopen(f"http://127.0.0.1:{group.metrics[leader]}/console/", timeout=5).read().decode()
+    section = page.split("<h2>DLedger group</h2>")[1]
+    for i, addr in group.brokers.items():
+        role = "LEADER" if i == leader else "FOLLOWER"
+        assert f'<td>{addr}</td><td>{i}</td><td>{role}</td><td class="n">{term}</td><td>{leader}</td>' in section
 
     # SIGKILL the leader: a new master within the election timeout, the acknowledged messages all there.
     group.members[leader].kill()
