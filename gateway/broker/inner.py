@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
 
 from gateway.remoting.message import (
     MessageConst,
@@ -20,19 +21,45 @@ from gateway.remoting.message import (
     properties_to_string,
     tags_code,
 )
-from gateway.store.api import MessageExtBrokerInner, MessageStore, PutMessageResult
+from gateway.store.api import MessageExtBrokerInner, MessageStore, PutMessageResult, PutMessageStatus
 
+log = Logger()
+
+_R = TypeVar("_R")
 _T = TypeVar("_T")
 
 
-def when_put(
-    result: PutMessageResult | Deferred[PutMessageResult], then: Callable[[PutMessageResult], _T]
-) -> _T | Deferred[_T]:
+def when_put(result: _R | Deferred[_R], then: Callable[[_R], _T]) -> _T | Deferred[_T]:
     """``then(result)`` now, or once it is known: on a DLedger ledger a put is decided when a majority holds its
-    entry (or not), and the store returns a Deferred of it."""
+    entry (or not), and the store returns a Deferred of it (and so does what answers from it)."""
+    if isinstance(result, Deferred):
+        return result.addCallback(then)
+    return then(result)
+
+
+def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
+    """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
+    say at once whether it is stored. On a DLedger ledger an entry this leader appended counts as stored before a
+    majority holds it (Apache waits for the commit on a thread; the reactor cannot): a failed commit is logged,
+    and a new leader takes the delivery offsets its slave synced, a little behind, so it delivers again."""
+    result = store.put_message(msg)
     if type(result) is PutMessageResult:
-        return then(result)
-    return result.addCallback(then)  # type: ignore[union-attr]
+        return result
+    decided: list[PutMessageResult] = []
+    result.addCallback(decided.append)  # type: ignore[union-attr]
+    if decided:
+        return decided[0]
+    result.addCallback(lambda _: _log_uncommitted(msg, decided[0]))  # type: ignore[union-attr]
+    return PutMessageResult(PutMessageStatus.PUT_OK)
+
+
+def _log_uncommitted(msg: MessageExtBrokerInner, result: PutMessageResult) -> None:
+    if not result.ok:
+        log.warn(
+            "the broker's own put to {topic} was appended but not committed: {status}",
+            topic=msg.topic,
+            status=result.status.name,
+        )
 
 
 def look_message(store: MessageStore, phy_offset: int) -> MessageExt | None:

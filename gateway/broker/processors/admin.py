@@ -42,8 +42,9 @@ from gateway.remoting.names import (
     TRANS_OP_HALF_TOPIC,
     is_system_topic,
 )
+from gateway.store.api import PutMessageResult
 
-from ..inner import inner_from_ext, look_message
+from ..inner import inner_from_ext, look_message, when_put
 from ..stats import GROUP_GET_NUMS
 
 if TYPE_CHECKING:
@@ -204,7 +205,7 @@ class AdminBrokerProcessor:
 
     # -- transactions
 
-    def resume_check_half_message(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def resume_check_half_message(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """Put a half message (by offsetMsgId) back with its check count at 0, so the broker checks it again
         (mqadmin resumeCheckHalfMessage)."""
         h = ResumeCheckHalfMessageRequestHeader.decode(request.ext_fields)
@@ -220,7 +221,11 @@ class AdminBrokerProcessor:
             )
         props = dict(ext.properties)
         props[MessageConst.TRANSACTION_CHECK_TIMES] = "0"
-        result = self.broker.store.put_message(inner_from_ext(ext, TRANS_HALF_TOPIC, 0, props))
+        put = self.broker.store.put_message(inner_from_ext(ext, TRANS_HALF_TOPIC, 0, props))
+        return when_put(put, lambda result: self._put_back(request, result, props))
+
+    @staticmethod
+    def _put_back(request: RemotingCommand, result: PutMessageResult, props: dict[str, str]) -> RemotingCommand:
         if not result.ok:
             log.error("Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
             return request.response(ResponseCode.SYSTEM_ERROR, "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")

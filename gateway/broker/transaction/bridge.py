@@ -24,7 +24,7 @@ from gateway.remoting.message import (
 from gateway.remoting.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from gateway.store.api import GetMessageStatus, MessageExtBrokerInner, PutMessageResult
 
-from ..inner import inner_from_ext
+from ..inner import inner_from_ext, put_now
 
 if TYPE_CHECKING:
     from ..controller import BrokerController
@@ -85,7 +85,7 @@ class TransactionalMessageBridge:
             born_host=broker.store_host,
             store_host=broker.store_host,
         )
-        return broker.store.put_message(op).ok
+        return put_now(broker.store, op).ok
 
     def renew_half_message(self, half: MessageExt, immunity: bool = False) -> PutMessageResult:
         """Append ``half`` (with its current properties) again to its half queue (renew[Immunity]HalfMessageInner).
@@ -95,7 +95,7 @@ class TransactionalMessageBridge:
         props = dict(half.properties)
         if immunity:
             props.setdefault(MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
-        return self.broker.store.put_message(inner_from_ext(half, half.topic, half.queue_id, props))
+        return put_now(self.broker.store, inner_from_ext(half, half.topic, half.queue_id, props))
 
     # -- reads and offsets
 

@@ -21,7 +21,7 @@ from gateway.remoting.headers import CheckTransactionStateRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, encode_record, properties_to_string
 from gateway.remoting.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
-from ..inner import inner_from_ext, packed_host
+from ..inner import inner_from_ext, packed_host, put_now
 from .bridge import REMOVE_TAG, QueueRead, TransactionalMessageBridge
 
 if TYPE_CHECKING:
@@ -236,6 +236,6 @@ class TransactionalMessageService:
             TRANS_CHECK_MAX_TIME_TOPIC, 1, PermName.PERM_READ | PermName.PERM_WRITE
         )
         inner = inner_from_ext(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties))
-        result = self.broker.store.put_message(inner)
+        result = put_now(self.broker.store, inner)
         if not result.ok:
             log.error("half message {id} not moved: {status}", id=half.msg_id, status=result.status)
