@@ -3,6 +3,7 @@ refusals of values that cannot make a member."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -96,6 +97,18 @@ def test_dledger_and_controller_mode_are_refused_together(tmp_path: Path) -> Non
         load_broker_config(str(conf))
 
 
+def _run_broker(tmp_path: Path, conf: Path) -> subprocess.CompletedProcess[str]:
+    env = {"PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.broker", "-c", str(conf)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
@@ -105,15 +118,28 @@ def test_dledger_and_controller_mode_are_refused_together(tmp_path: Path) -> Non
 )
 def test_mqbroker_stops_in_one_line(tmp_path: Path, line: str, expected: str) -> None:
     conf = _conf(tmp_path, "listenPort=0", "bindAddress=127.0.0.1", *GROUP, line)
-    env = {"PYTHONPATH": str(ROOT), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    run = subprocess.run(
-        [sys.executable, "-m", "gateway.broker", "-c", str(conf)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    run = _run_broker(tmp_path, conf)
     assert run.returncode == 1, run
     assert run.stderr.strip().splitlines() == [f"configuration error: {conf}: {expected}"], run
     assert not (tmp_path / "store").exists()
+
+
+def test_a_busy_dledger_port_is_one_line_and_the_store_is_closed_cleanly(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        conf = _conf(
+            tmp_path,
+            "listenPort=0",
+            "bindAddress=127.0.0.1",
+            "enableDLegerCommitLog=true",
+            "dLegerGroup=broker-a",
+            f"dLegerPeers=n0-127.0.0.1:{port};n1-127.0.0.1:1",
+            "dLegerSelfId=n0",
+        )
+        run = _run_broker(tmp_path, conf)
+    assert run.returncode == 1, run
+    assert run.stderr.strip().splitlines() == [f"cannot listen on 127.0.0.1:{port}: Address already in use"], run
+    store = tmp_path / "store"
+    assert (store / "checkpoint").exists() and not (store / "abort").exists()
