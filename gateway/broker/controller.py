@@ -346,8 +346,11 @@ class BrokerController(service.Service):
         cfg = self.config
         cfg.brokerRole, cfg.brokerId = role, broker_id
         # The NameServer keys brokers by id: an entry under an id we no longer have (a master turned slave
-        # must not stay 0) goes first.
-        self.registration.unregister_other_ids(broker_id)
+        # must not stay 0) goes first. Not in DLedger mode, as Apache's changeToSlave/changeToMaster: an
+        # unregistration removes the id whatever address holds it, which may already be the new master's;
+        # the NameServer drops our old id itself when we register under the new one from the same address.
+        if self.dledger is None:
+            self.registration.unregister_other_ids(broker_id)
         self.registration.master_addr = master_addr if role == "SLAVE" else None
         self.registration.on_hold = False
         self._apply_role()

@@ -21,6 +21,8 @@ import pytest
 from compat_tests.servers import call, free_broker_port, free_port
 from gateway.client import blocking
 from gateway.client.producer import build_message
+from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
+from gateway.dledger.protocol import LeadershipTransferRequest, LeadershipTransferResponse
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -52,6 +54,7 @@ class Group:
         self.procs: list[Proc] = []
         self.namesrv = ""
         self.brokers: dict[str, str] = {}  # self id → broker address
+        self.peers: dict[str, str] = {}  # self id → DLedger address
         self.members: dict[str, Proc] = {}
         self.metrics: dict[str, int] = {}  # self id → /metrics port
 
@@ -64,7 +67,8 @@ class Group:
         self.procs.append(Proc("gateway.namesrv", conf, self.root))
         self.namesrv = f"127.0.0.1:{port}"
         ids = ["n0", "n1", "n2"]
-        peers = ";".join(f"{i}-127.0.0.1:{free_port()}" for i in ids)
+        self.peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
+        peers = ";".join(f"{i}-{addr}" for i, addr in self.peers.items())
         for i in ids:
             port = free_broker_port()
             self.metrics[i] = free_port()
@@ -104,6 +108,11 @@ class Group:
             if data["brokerName"] == GROUP:
                 return {int(k): v for k, v in data["brokerAddrs"].items()}
         return {}
+
+    @staticmethod
+    def dledger_id(self_id: str) -> int:
+        """The brokerId a member registers with as a slave."""
+        return int(self_id[1:]) + 1
 
     def member_at(self, addr: str) -> str:
         return next(i for i, a in self.brokers.items() if a == addr)
@@ -283,3 +292,32 @@ def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) ->
     assert all(n == 1 for n in held.values())
     # A failed send is refused or times out: never acknowledged twice under another offset.
     assert len(acked) == len(set(acked))
+
+
+def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Group) -> None:
+    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    master = settled_route(group, {"n0", "n1", "n2"})[0]
+    leader = group.member_at(master)
+    transferee = next(i for i in group.brokers if i != leader)
+    term = int(runtime_info(master)["dLedgerTerm"])
+    # DLedger's own LEADERSHIP_TRANSFER RPC to the leader, as DLedger's admin tool sends it.
+    request = LeadershipTransferRequest(
+        group=GROUP, remote_id=leader, leader_id=leader, term=term, transfer_id=leader, transferee_id=transferee
+    )
+    command = RemotingCommand.request(DLedgerRequestCode.LEADERSHIP_TRANSFER, body=request.encode(), language="JAVA")
+    response = LeadershipTransferResponse.decode(call(group.peers[leader], command, 10).body)
+    assert response.code == DLedgerResponseCode.SUCCESS
+    route = until(lambda: (r := group.route()).get(0) == group.brokers[transferee] and r, 10, "the new master routed")
+    # The old master is now a slave under its own id; no unregistration took the new master's id 0 away.
+    assert route[group.dledger_id(leader)] == master
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert group.route().get(0) == group.brokers[transferee]
+        time.sleep(0.1)
+    resp = send(group.brokers[transferee], b"after-transfer")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    resp = send(master, b"to-the-old-master")
+    assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    # As Apache's changeToSlave / changeToMaster: role changes only register. An UNREGISTER_BROKER of the old id
+    # would remove whatever address holds it, maybe the new master's.
+    assert "unregisterBroker" not in (group.root / "logs" / "rocketmqlogs" / "namesrv.log").read_text()
