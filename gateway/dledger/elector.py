@@ -562,6 +562,8 @@ class DLedgerLeaderElector:
         self._take_leadership = (request, d)
         self.change_role_to_candidate(request.term + 1)
         self.need_increase_term_immediately = True
+        # Move to the new term now: a heartbeat of the old leader handled first would make us follow it again.
+        self.reactor.callLater(0, self.maintain_state)
         return d
 
     def _check_take_leadership(self, term: int, role: MemberRole) -> None:

@@ -306,6 +306,9 @@ class EntryDispatcher:
         self.leader_id: str | None = None
         self.last_check_leak_ms = pusher.now()
         self.pending: dict[int, float] = {}  # index -> when it was pushed
+        # enableBatchPush: the entries gathered for the next push, and the pushes out: first index -> (when, count).
+        self.batch: list[DLedgerEntry] = []
+        self.batch_pending: dict[int, tuple[float, int]] = {}
         # A COMPARE or TRUNCATE awaiting its answer (DLedger's thread blocks on it); the term's count, so an answer
         # from an earlier leadership is ignored; when to go on after an error.
         self._waiting = False
@@ -357,10 +360,12 @@ class EntryDispatcher:
             self.pusher.update_peer_water_mark(self.term, self.peer_id, index)
             self.pusher.wakeup()
             self.write_index = index + 1
+            self.batch = []
         elif target is PushType.COMPARE:
             if self.type is PushType.APPEND:
                 self.compare_index = -1
                 self.pending.clear()
+                self.batch_pending.clear()
         elif target is PushType.TRUNCATE:
             self.compare_index = -1
         self.type = target
@@ -370,7 +375,10 @@ class EntryDispatcher:
             return
         try:
             if self.type is PushType.APPEND:
-                self._do_append()
+                if self.pusher.config.enable_batch_push:
+                    self._do_batch_append()
+                else:
+                    self._do_append()
             else:
                 self._do_compare()
         except Exception as e:
@@ -478,6 +486,92 @@ class EntryDispatcher:
         if sent is not None and self.pusher.now() - sent > self.pusher.config.max_push_time_out_ms:
             log.warn("[Push-{peer}]Retry to push entry at {index}", peer=self.peer_id, index=water_mark + 1)
             self._do_append_inner(water_mark + 1)
+
+    # -- APPEND in batches (enableBatchPush)
+
+    def _do_batch_append(self) -> None:
+        for _ in range(WORK_PER_RUN):
+            if self.type is not PushType.APPEND:
+                return
+            if self.write_index > self.store.ledger_end_index:
+                if self.batch:
+                    self._send_batch()
+                self._do_commit()
+                self._do_check_batch_append_response()
+                return
+            now = self.pusher.now()
+            if len(self.batch_pending) >= MAX_PENDING_PUSHES or now - self.last_check_leak_ms > 1000:
+                water_mark = self.pusher.get_peer_water_mark(self.term, self.peer_id)
+                for first in [f for f, (_, count) in self.batch_pending.items() if f + count - 1 <= water_mark]:
+                    del self.batch_pending[first]
+                self.last_check_leak_ms = now
+            if len(self.batch_pending) >= MAX_PENDING_PUSHES:
+                self._do_check_batch_append_response()
+                return
+            entry = self._entry_for_append(self.write_index)
+            if entry is not None:
+                self.batch.append(entry)
+                if sum(e.size for e in self.batch) >= self.pusher.config.max_batch_push_size:
+                    self._send_batch()
+            self.write_index += 1
+        self.pusher.wakeup()
+
+    def _send_batch(self) -> None:
+        batch, self.batch = self.batch, []
+        request = self._build(None, PushType.APPEND)
+        request.batch_entry = batch
+        first, count = batch[0].index, len(batch)
+        self.batch_pending[first] = (self.pusher.now(), count)
+        self._push(request).addCallback(self._batch_appended, self._epoch, first, count, self.term)
+        self.last_push_commit_ms = self.pusher.now()
+
+    def _batch_appended(self, x: PushEntryResponse, epoch: int, first: int, count: int, term: int) -> None:
+        code = DLedgerResponseCode(x.code)
+        if code is DLedgerResponseCode.SUCCESS:
+            if (x.index, x.count) != (first, count):
+                log.warn(
+                    "[Push-{peer}]SUCCESS for index={got} count={got_count} answers the push of {first}+{count}; "
+                    "ignored",
+                    peer=self.peer_id,
+                    got=x.index,
+                    got_count=x.count,
+                    first=first,
+                    count=count,
+                )
+                return
+            self.batch_pending.pop(first, None)
+            self.pusher.update_peer_water_mark(term, self.peer_id, first + count - 1)
+            self.pusher.wakeup()
+        elif code is DLedgerResponseCode.INCONSISTENT_STATE:
+            log.info(
+                "[Push-{peer}]Get INCONSISTENT_STATE when batch push index={index} term={term}",
+                peer=self.peer_id,
+                index=first,
+                term=term,
+            )
+            if epoch == self._epoch:
+                self.change_state(-1, PushType.COMPARE)
+                self.pusher.wakeup()
+        else:
+            log.warn(
+                "[Push-{peer}]Get error response code {code} index={index} term={term}",
+                peer=self.peer_id,
+                code=code.name,
+                index=first,
+                term=term,
+            )
+
+    def _do_check_batch_append_response(self) -> None:
+        water_mark = self.pusher.get_peer_water_mark(self.term, self.peer_id)
+        pushed = self.batch_pending.get(water_mark + 1)
+        if pushed is not None and self.pusher.now() - pushed[0] > self.pusher.config.max_push_time_out_ms:
+            first, last = water_mark + 1, water_mark + pushed[1]
+            log.warn(
+                "[Push-{peer}]Retry to push entry from {first} to {last}", peer=self.peer_id, first=first, last=last
+            )
+            gathered, self.batch = self.batch, [self.store.get(i) for i in range(first, last + 1)]
+            self._send_batch()
+            self.batch = gathered  # (DLedger drops what it had gathered; the follower would then see a gap)
 
     # -- COMPARE and TRUNCATE
 

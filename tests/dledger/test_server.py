@@ -175,3 +175,35 @@ async def test_leadership_transfer_to_a_chosen_member(cluster: Cluster) -> None:
     with pytest.raises(DLedgerError) as e:
         leader.append(b"to the old leader")
     assert e.value.code is DLedgerResponseCode.NOT_LEADER
+
+
+@pytest_twisted.ensureDeferred
+async def test_batch_pushes_replicate_as_single_ones(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, enable_batch_push=True, max_batch_push_size=1024)
+    try:
+        cluster.start()
+        leader = await cluster.leader()
+        results = [leader.append(f"batched-{i}".encode() * 20) for i in range(50)]
+        for r in results:
+            await r.committed
+        await all_committed(cluster, 49)
+        assert len({committed_prefix(cluster, m) for m in cluster.servers}) == 1
+    finally:
+        await cluster.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_preferred_leader_takes_over(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, preferred_leader_ids=["n2"])
+    try:
+        cluster.start("n0", "n1")
+        first = await cluster.leader()
+        await first.append(b"before n2").committed
+        cluster.start("n2")
+        # Within a second or two the leader sees n2 live and caught up, and hands over to it.
+        await until(lambda: cluster.servers["n2"].member_state.role is MemberRole.LEADER, 6, "n2 leading")
+        new = await cluster.leader()
+        assert new.member_state.self_id == "n2"
+        await new.append(b"after").committed
+    finally:
+        await cluster.stop()
