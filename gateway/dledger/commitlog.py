@@ -31,7 +31,6 @@ from gateway.dledger.store import DLedgerFileStore
 from gateway.remoting.message import BLANK_MAGIC_CODE, create_offset_message_id
 from gateway.store.api import AppendMessageResult, MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from gateway.store.commit_log import (
-    MIN_RECORD_SIZE,
     CommitLog,
     CorruptRecordError,
     Dispatcher,
@@ -109,6 +108,7 @@ class DLedgerCommitLog(CommitLog):
         self.divided_commitlog_offset = -1
         self._entries = CommitLog(config, dispatcher, queue=ledger.data)  # reads the records in the data files
         self._stalled_at = -1  # an entry the reput cannot read, logged once
+        self._old_end = 0  # where the old commitlog's records end, once recovered
         ledger.append_hook = write_physical_offset
 
     def load(self) -> list[str]:
@@ -141,8 +141,14 @@ class DLedgerCommitLog(CommitLog):
 
     @property
     def max_wrote_offset(self) -> int:
-        """The ledger's end, committed or not (``getMaxWrotePosition``)."""
-        return self.ledger.data.wrote_where if self.ledger.data.files else self.queue.wrote_where
+        """The ledger's end, committed or not (``getMaxWrotePosition``); before its first entry, the end of the
+        old commitlog's records (not of the blank that closes it)."""
+        return self.ledger.data.wrote_where if self.ledger.ledger_end_index != -1 else self._old_end
+
+    @property
+    def flushed_where(self) -> int:
+        """How far the ledger's data files are durable."""
+        return self.ledger.data.flushed_where
 
     @property
     def empty(self) -> bool:
@@ -155,8 +161,8 @@ class DLedgerCommitLog(CommitLog):
         """Append ``msg`` as one entry; fires once a majority holds it, with DLedger's outcome mapped to a status
         as ``asyncPutMessage`` does (an append refused at once: OS_PAGECACHE_BUSY)."""
         status, topic, props, sys_flag, size = self._check(msg)
-        if status is not PutMessageStatus.PUT_OK:
-            return defer.succeed(PutMessageResult(status))
+        if status is not PutMessageStatus.PUT_OK:  # a record that cannot be encoded, whatever the reason
+            return defer.succeed(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
         key = (msg.topic, msg.queue_id)
         dispatched = is_dispatched(sys_flag)
         queue_offset = self.topic_queue_table.get(key, 0) if dispatched else 0
@@ -179,7 +185,7 @@ class DLedgerCommitLog(CommitLog):
         majority holds the last (``asyncPutMessages``)."""
         status, topic, checked, total = self._check_batch(msgs)
         if status is not PutMessageStatus.PUT_OK:
-            return defer.succeed(PutMessageResult(status))
+            return defer.succeed(PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL))
         first = msgs[0]
         key = (first.topic, first.queue_id)
         first_queue_offset = queue_offset = self.topic_queue_table.get(key, 0)
@@ -298,16 +304,11 @@ class DLedgerCommitLog(CommitLog):
         return super().normal_recover_start()
 
     def abnormal_recover_start(self, min_timestamp: int) -> int:
-        """The newest data file whose first record was stored at or before ``min_timestamp``; else the old
-        commitlog's choice; else the first data file."""
-        files = self.ledger.data.files
-        for f in reversed(files):
-            stored = self._entries.pickup_store_timestamp(f.file_from_offset + BODY_OFFSET, MIN_RECORD_SIZE)
-            if 0 < stored <= min_timestamp:
-                return f.file_from_offset
-        if self.queue.files:
-            return super().abnormal_recover_start(min_timestamp)
-        return files[0].file_from_offset
+        """As after a clean stop on a ledger (``recoverAbnormally`` is ``recover``): what the consume queues and
+        the index lost is dispatched again from where they end; the old commitlog's choice before it converts."""
+        if self.ledger.data.files:
+            return self._entries.normal_recover_start()
+        return super().abnormal_recover_start(min_timestamp)
 
     def segment_start(self, offset: int) -> int:
         """Start of the file holding ``offset``: the old commitlog's below the divide, else the ledger's."""
@@ -324,7 +325,8 @@ class DLedgerCommitLog(CommitLog):
         records, cut, dropped, skipped = 0, 0, [], []
         if self.queue.files and (start < self.divided_commitlog_offset or not self.ledger.data.files):
             records, cut, dropped, skipped = super().recover(start, on_record, abnormal)
-            if not self.ledger.data.files:
+            self._old_end = self.queue.wrote_where
+            if not self.ledger.data.files and self.queue.files:  # recovery may have dropped empty files
                 self._convert()
             start = self.divided_commitlog_offset
         for req, _ in self._read_entries(max(start, self.ledger.data.min_offset), self.max_offset):

@@ -236,6 +236,11 @@ class CommitLog:
         return self.queue.wrote_where
 
     @property
+    def flushed_where(self) -> int:
+        """Offset up to which data is durable."""
+        return self.queue.flushed_where
+
+    @property
     def empty(self) -> bool:
         """Whether no segment is on disk."""
         return not self.queue.files

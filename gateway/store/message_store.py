@@ -2,7 +2,8 @@
 
 Everything runs on the caller's thread (the reactor) except ``flush`` and ``flush_consume_queues``, which a
 worker thread may run while appends continue.  A message is dispatched to its consume queue and the index
-before ``put_message`` returns, so it is pullable and can be looked up at once.
+before ``put_message`` returns, so it is pullable and can be looked up at once; on a DLedger ledger
+(``gateway.dledger.commitlog``) once its entry is committed, by the reput.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ class DefaultMessageStore:
             self.consume_queue_table.clear()
             report.files_dropped += [f.path for f in self.index_service.files]
             self.index_service.destroy()
-            self._rebuild_topic_queue_table()
+            self.recover_topic_queue_table()
             return report
 
         cl = self.commit_log
@@ -242,7 +243,7 @@ class DefaultMessageStore:
         if abnormal:
             # What was scanned may not have reached the disk before the crash: sync it on the first flush.
             cl.queue.flushed_where = min(cl.queue.flushed_where, start)
-        self._rebuild_topic_queue_table()
+        self.recover_topic_queue_table()
         return report
 
     def _load_consume_queues(self) -> tuple[list[str], set[tuple[str, int]]]:
@@ -299,11 +300,8 @@ class DefaultMessageStore:
             )
 
     def recover_topic_queue_table(self) -> None:
-        """Take each queue's next offset from its consume queue (``recoverTopicQueueTable``): a DLedger follower
-        that becomes the leader does so once it has dispatched everything committed."""
-        self._rebuild_topic_queue_table()
-
-    def _rebuild_topic_queue_table(self) -> None:
+        """Take each queue's next offset from its consume queue (``recoverTopicQueueTable``): after recovery, and
+        on a DLedger follower that becomes the leader once it has dispatched everything committed."""
         min_phy = self.commit_log.min_offset
         table = {}
         for key, cq in self.consume_queue_table.items():
@@ -356,7 +354,8 @@ class DefaultMessageStore:
         return self.running and not self.disk_full and self.config.brokerRole != SLAVE
 
     def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
-        """Store one message; it is in its consume queue (and pullable) when this returns."""
+        """Store one message; it is in its consume queue (and pullable) when this returns.  On a DLedger ledger
+        the commitlog answers with a Deferred instead: use :meth:`async_put_message`."""
         if not self._writable():
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         return self.commit_log.put_message(msg)
@@ -384,7 +383,8 @@ class DefaultMessageStore:
 
     def dispatch_appended(self) -> None:
         """Slave: dispatch the whole records appended so far to consume queues and the index (what Apache's
-        ReputMessageService does behind the append)."""
+        ReputMessageService does behind the append); on a DLedger ledger, the entries committed so far (run it on
+        each commit)."""
         self._reput()
 
     @property
@@ -406,7 +406,7 @@ class DefaultMessageStore:
                 if cq.max_physic_offset > offset:
                     cq.truncate_dirty_logic_files(offset)
             self.index_service.truncate(offset)
-            self._rebuild_topic_queue_table()
+            self.recover_topic_queue_table()
         self._reput_from = offset
         return cut
 
@@ -432,7 +432,10 @@ class DefaultMessageStore:
                 req.properties,
             )
             if is_dispatched(req.sys_flag):
-                queue_table[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+                key = (req.topic, req.queue_id)
+                # Never lower: a DLedger leader has given offsets to entries appended after the committed ones.
+                if queue_table.get(key, 0) <= req.consume_queue_offset:
+                    queue_table[key] = req.consume_queue_offset + 1
             cl.tail = (next_offset, req.store_timestamp)
 
     def _find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -707,7 +710,7 @@ class DefaultMessageStore:
     @property
     def flushed_where(self) -> int:
         """Commitlog offset up to which data is durable."""
-        return self.commit_log.queue.flushed_where
+        return self.commit_log.flushed_where
 
     # -- admin -------------------------------------------------------------------------------------------
 

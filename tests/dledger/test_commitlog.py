@@ -12,16 +12,65 @@ from pathlib import Path
 import pytest
 
 from gateway.dledger.codes import DLedgerResponseCode
+from gateway.dledger.commitlog import DLedgerCommitLog
 from gateway.dledger.entry import BODY_OFFSET, DLedgerEntry
-from gateway.remoting.message import BLANK_MAGIC_CODE, decode_offset_message_id, decode_record
+from gateway.dledger.store import DLedgerFileStore, DLedgerStoreError
+from gateway.remoting.message import (
+    BLANK_MAGIC_CODE,
+    MessageSysFlag,
+    decode_offset_message_id,
+    decode_record,
+    record_size,
+)
 from gateway.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from gateway.store.api import GetMessageStatus
 from gateway.store.commit_log import write_record
+from gateway.store.mapped_file import StoreLoadError
 from gateway.store.message_store import SLAVE
-from tests.dledger.conftest import DATA_FILE, DLedgerBroker, result_of, start_dledger_store
+from tests.dledger.conftest import (
+    DATA_FILE,
+    DLedgerBroker,
+    LedgerAppender,
+    ledger_config,
+    result_of,
+    start_dledger_store,
+)
 from tests.store.conftest import crash, make_msg, small_config
 
 Start = Callable[..., DLedgerBroker]
+
+
+def test_append_hook_runs_on_leader_and_follower_appends(tmp_path: Path) -> None:
+    seen = []
+
+    def hook(entry: DLedgerEntry, body: bytearray) -> None:
+        seen.append((entry.index, entry.term, entry.pos))
+        body[:4] = b"HOOK"
+
+    leader = DLedgerFileStore(ledger_config(str(tmp_path / "a")))
+    follower = DLedgerFileStore(ledger_config(str(tmp_path / "b")))
+    for ledger in (leader, follower):
+        ledger.open()
+        ledger.append_hook = hook
+    first = leader.append_as_leader(b"....body0", 1)
+    second = leader.append_as_leader(b"....body1", 2)
+    follower.append_as_follower(DLedgerEntry(index=0, term=1, pos=first.pos, body=b"xxxxbody0"))
+    assert seen == [(0, 1, 0), (1, 2, second.pos), (0, 1, 0)]
+    assert leader.get(0).body == follower.get(0).body == b"HOOKbody0"
+    assert leader.get(1).body == b"HOOKbody1"
+    # Only an empty ledger's data can begin elsewhere than 0, at a file start.
+    with pytest.raises(DLedgerStoreError):
+        leader.start_data_at(DATA_FILE)
+    with pytest.raises(DLedgerStoreError):
+        DLedgerFileStore(ledger_config(str(tmp_path / "c"))).start_data_at(DATA_FILE + 1)
+
+
+def test_the_ledger_files_must_be_the_commitlog_files(tmp_path: Path) -> None:
+    ledger = DLedgerFileStore(ledger_config(str(tmp_path)))
+    config = small_config(str(tmp_path))
+    config.mappedFileSizeCommitLog = 2 * DATA_FILE
+    with pytest.raises(StoreLoadError, match="mappedFileSizeForEntryData 4096 != mappedFileSizeCommitLog 8192"):
+        DLedgerCommitLog(config, lambda *_: None, ledger=ledger, appender=LedgerAppender(ledger))
 
 
 def put(broker: DLedgerBroker, msg: MessageExtBrokerInner) -> object:
@@ -62,6 +111,9 @@ def test_put_answers_on_commit_with_offsets_in_the_ledger(dledger_store: Start) 
     record = broker.store.look_message_by_offset(results[7].append.wrote_offset)
     assert record is not None and decode_record(record).body == b"m7" * 40
     assert broker.store.get_max_phy_offset() == ledger.committed_pos == ledger.data.wrote_where
+    assert broker.commit_log.confirm_offset == ledger.committed_pos
+    broker.store.flush()
+    assert broker.store.flushed_where == ledger.data.wrote_where
 
 
 def test_uncommitted_entries_are_not_dispatched(dledger_store: Start) -> None:
@@ -82,6 +134,18 @@ def test_uncommitted_entries_are_not_dispatched(dledger_store: Start) -> None:
     assert store.get_max_phy_offset() == broker.ledger.committed_pos < broker.ledger.data.wrote_where
     broker.appender.commit()
     assert len(fired) == 3 and [m.body for m in pull(store)] == [b"m0", b"m1", b"m2"]
+
+
+def test_commits_behind_the_appends_never_give_a_queue_offset_twice(dledger_store: Start) -> None:
+    broker = dledger_store(auto_commit=False)
+    deferreds = []
+    for i in range(20):
+        deferreds.append(broker.store.async_put_message(make_msg(body=f"m{i}".encode())))
+        if i % 3 == 2:
+            broker.appender.commit(broker.ledger.ledger_end_index - 2)  # the quorum lags two entries behind
+    broker.appender.commit()
+    assert [result_of(d).append.logics_offset for d in deferreds] == list(range(20))
+    assert [m.body for m in pull(broker.store)] == [f"m{i}".encode() for i in range(20)]
 
 
 @pytest.mark.parametrize(
@@ -125,6 +189,29 @@ def test_an_append_refused_at_once_is_os_pagecache_busy(dledger_store: Start, co
     broker.appender.refuse = None
     ok = put(broker, make_msg())
     assert ok.status is PutMessageStatus.PUT_OK and ok.append.logics_offset == 0  # no queue offset was spent
+
+
+def test_a_record_that_cannot_be_encoded_is_message_illegal(dledger_store: Start) -> None:
+    broker = dledger_store()
+    props = {f"k{i}": "v" * 100 for i in range(400)}  # more than 32767 bytes of properties
+    assert put(broker, make_msg(extra=props)).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert put(broker, make_msg(body=bytes(broker.store.config.maxMessageSize + 1))).status is (
+        PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    batch = result_of(broker.store.async_put_messages([make_msg(), make_msg(topic="Other")]))
+    assert batch.status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert broker.ledger.ledger_end_index == -1
+
+
+def test_a_prepared_transaction_message_takes_no_queue_offset(dledger_store: Start) -> None:
+    broker = dledger_store()
+    put(broker, make_msg(body=b"before"))
+    half = put(broker, make_msg(body=b"half", sys_flag=MessageSysFlag.TRANSACTION_PREPARED_TYPE))
+    assert half.status is PutMessageStatus.PUT_OK and half.append.logics_offset == 0
+    assert put(broker, make_msg(body=b"after")).append.logics_offset == 1
+    assert [m.body for m in pull(broker.store)] == [b"before", b"after"]
+    record = broker.store.look_message_by_offset(half.append.wrote_offset)  # the check reads it by offset
+    assert record is not None and decode_record(record).body == b"half"
 
 
 def test_a_slave_store_refuses_puts(dledger_store: Start) -> None:
@@ -189,6 +276,10 @@ def test_crash_recovery_keeps_committed_entries_dispatched(tmp_path: Path) -> No
     for i in range(12):
         put(broker, make_msg(body=f"m{i}".encode()))
     crash(broker.store)
+    cq = Path(root) / "consumequeue" / "TopicTest" / "0" / f"{0:020d}"
+    with open(cq, "r+b") as f:
+        f.seek(6 * 20)
+        f.write(bytes(6 * 20))  # units not yet written back when the broker died
     broker = start_dledger_store(root)
     assert [m.body for m in pull(broker.store)] == [f"m{i}".encode() for i in range(12)]
     assert put(broker, make_msg()).append.logics_offset == 12
@@ -228,7 +319,7 @@ def test_a_truncated_uncommitted_tail_is_never_dispatched(dledger_store: Start) 
     old = ledger.get(2)
     msg = make_msg(body=b"new2")
     props = msg.properties.encode()
-    size = len(old.body) - len(b"old2") + len(b"new2") + len(props) - len(make_msg(body=b"x").properties.encode())
+    size = record_size(len(msg.body), len(msg.topic), len(props))
     record = bytearray(size)
     write_record(record, 0, size, msg, b"TopicTest", props, 0, 2, old.pos + BODY_OFFSET, 1_700_000_000_000)
     new = DLedgerEntry(index=2, term=2, pos=old.pos, body=bytes(record))
@@ -239,6 +330,33 @@ def test_a_truncated_uncommitted_tail_is_never_dispatched(dledger_store: Start) 
     assert [m.body for m in pull(store)] == [b"old0", b"old1", b"new2"]
     assert store.get_max_offset_in_queue("TopicTest", 0) == 3
     assert store.look_message_by_offset(old.pos + BODY_OFFSET) == bytes(record)
+
+
+def test_a_follower_dispatches_what_the_leader_committed_and_leads_on(tmp_path: Path) -> None:
+    leader = start_dledger_store(str(tmp_path / "a"))
+    follower = start_dledger_store(str(tmp_path / "b"), auto_commit=False)
+    for i in range(30):
+        put(leader, make_msg(queue_id=i % 3, body=f"m{i}".encode() * 20))
+    for index in range(leader.ledger.ledger_end_index + 1):
+        pushed = leader.ledger.get(index)
+        follower.ledger.append_as_follower(
+            DLedgerEntry(index=index, term=pushed.term, pos=pushed.pos, body=pushed.body)
+        )
+        if index % 7 == 6:
+            follower.appender.commit(index)  # what the leader's push says is committed
+    follower.appender.commit()
+    for queue_id in range(3):
+        assert pull(follower.store, queue_id=queue_id) == pull(leader.store, queue_id=queue_id)
+    leader.store.shutdown()
+    follower.store.flush()
+    data = [sorted((tmp_path / d / "dledger-n0" / "data").iterdir()) for d in ("a", "b")]
+    assert [p.read_bytes() for p in data[0]] == [p.read_bytes() for p in data[1]]
+    # Leading now (the role-change handler): the queue offsets go on from its consume queues.
+    follower.store.recover_topic_queue_table()
+    follower.appender.auto_commit = True
+    follower.appender.term = 2
+    assert [put(follower, make_msg(queue_id=q)).append.logics_offset for q in range(3)] == [10, 10, 10]
+    follower.store.shutdown()
 
 
 def _master_slave_store(root: str, count: int) -> list[int]:
@@ -302,6 +420,23 @@ def test_a_converted_store_restarts_before_its_first_entry(tmp_path: Path) -> No
     assert broker.commit_log.divided_commitlog_offset == divided
     assert put(broker, make_msg()).append.wrote_offset == divided + BODY_OFFSET
     assert broker.store.get_max_offset_in_queue("TopicTest", 0) == 41
+    broker.store.shutdown()
+
+
+def test_conversion_cuts_consume_queues_past_a_torn_old_commitlog(tmp_path: Path) -> None:
+    """The Master/Slave broker died with its last record torn: the conversion cuts the consume queue at the last
+    whole record (Apache's recoverNormally), before the blank closes the old commitlog."""
+    root = str(tmp_path / "store")
+    offsets = _master_slave_store(root, 10)
+    last = Path(root) / "commitlog" / f"{offsets[-1] - offsets[-1] % DATA_FILE:020d}"
+    with open(last, "r+b") as f:
+        f.seek(offsets[-1] % DATA_FILE + 4)
+        f.write(b"\xff" * 4)  # the last record's magic code: no record there
+    broker = start_dledger_store(root)
+    assert broker.store.get_max_offset_in_queue("TopicTest", 0) == 9
+    result = put(broker, make_msg(body=b"first in the ledger"))
+    assert result.append.logics_offset == 9
+    assert [m.body for m in pull(broker.store)][-2:] == [b"ms8" * 20, b"first in the ledger"]
     broker.store.shutdown()
 
 
