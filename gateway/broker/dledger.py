@@ -45,6 +45,11 @@ class DLedgerRoles:
         self._first_role: defer.Deferred[Any] = defer.Deferred()
         self._applied = False  # a role change was handled
 
+    @property
+    def data_path(self) -> str:
+        """Where the ledger's data files are (``DLedgerConfig.getDataStorePath``)."""
+        return self.ledger.data.store_path
+
     def commit_log(self) -> Any:
         """The store's commitlog factory: the records in the ledger, appended through the member."""
         return functools.partial(DLedgerCommitLog, ledger=self.ledger, appender=self.server.append)

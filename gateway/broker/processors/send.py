@@ -7,7 +7,9 @@ reconsume times go to the dead-letter queue.
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +84,7 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         ResponseCode.SERVICE_NOT_AVAILABLE,
         "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
         "messages are put to the slave, message store has been shut down, etc.",
-    ),
+    ),  # a send's answer names the disks' use too (_service_not_available)
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
@@ -418,6 +420,8 @@ class SendMessageProcessor:
             return result.addCallback(lambda put: self._respond(request, put, topic, queue_id, ext, wait_stored))
         append = result.append
         if result.status is not _PUT_OK or append is None:
+            if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _service_not_available(self.broker), ext)
             return request.response(*_status_code(result.status), ext)
         self.broker.message_counts.put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
@@ -436,6 +440,36 @@ class SendMessageProcessor:
         if status is not None:
             return request.response(_STATUS_CODES[status][0], None, ext)
         return later
+
+
+def _service_not_available(broker: BrokerController) -> str:
+    """What a send the store refuses (a slave, a full disk, a store shut down) is answered, as 4.9.8's
+    handlePutMessageResult words it, with diskUtil: the used share of the commitlog's (the DLedger ledger's data
+    files'), the consume queues' and the index's partitions."""
+    root = broker.store_config.storePathRootDir
+    physic = broker.dledger.data_path if broker.dledger is not None else broker.store_config.commit_log_path
+    cl, cq, index = (
+        _disk_used(path) for path in (physic, os.path.join(root, "consumequeue"), os.path.join(root, "index"))
+    )
+    return (
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full "
+        f"[CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are put to the slave, message store has been "
+        "shut down, etc."
+    )
+
+
+def _disk_used(path: str) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent``: the partition's used share, rounded up to a whole percent
+    (-1 for a path that does not exist)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return -1.0
+    entire = usage.used + usage.free  # Java: (total - free) + usable
+    if usage.total <= 0 or entire <= 0:
+        return -1.0
+    percent = -(-usage.used * 100 // entire)
+    return percent / 100.0
 
 
 def put_result_response(
