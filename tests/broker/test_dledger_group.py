@@ -44,7 +44,7 @@ ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS
 # SendMessageProcessor.handlePutMessageResult's words, with diskUtil's "CL: %5.2f CQ: %5.2f INDEX: %5.2f".
 SLAVE_REFUSAL = re.compile(
     r"service not available now\. It may be caused by one of the following reasons: the broker's disk is full "
-    r"\[CL: +\d\.\d\d CQ: +\d\.\d\d INDEX: +-?\d\.\d\d\], messages are put to the slave, message store has "
+    r"\[CL: +-?\d\.\d\d CQ: +-?\d\.\d\d INDEX: +-?\d\.\d\d\], messages are put to the slave, message store has "
     r"been shut down, etc\."
 )
 
