@@ -120,6 +120,12 @@ class Group:
     def member_at(self, addr: str) -> str:
         return next(i for i, a in self.brokers.items() if a == addr)
 
+    def restart(self, self_id: str) -> None:
+        """Start a member again with its configuration and store (after a kill)."""
+        proc = Proc("gateway.broker", self.root / f"broker-{self_id}.conf", self.root)
+        self.procs.append(proc)
+        self.members[self_id] = proc
+
     def stop(self) -> None:
         for proc in reversed(self.procs):
             proc.stop()
@@ -295,6 +301,11 @@ def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) ->
     assert all(n == 1 for n in held.values())
     # A failed send is refused or times out: never acknowledged twice under another offset.
     assert len(acked) == len(set(acked))
+    # The killed member starts again on its ledger, follows as a slave under its own id and catches up.
+    group.restart(leader)
+    route = settled_route(group, {"n0", "n1", "n2"})
+    assert route[group.dledger_id(leader)] == master
+    until(lambda: set(acked) <= set(bodies(master, TOPIC, QUEUES)), 20, "the restarted member caught up")
 
 
 def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Group) -> None:
