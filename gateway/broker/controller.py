@@ -572,9 +572,7 @@ class BrokerController(service.Service):
     def dispatch_behind(self) -> int:
         """Commitlog bytes not yet in the consume queues: a master dispatches as it appends; a slave may hold
         the first part of a record still being replicated; a DLedger member dispatches what is committed."""
-        if self.dledger is not None:
-            return max(self.store.commit_log.max_offset - self.store.replicated_whole_records_end, 0)
-        if not self.config.is_slave:
+        if self.dledger is None and not self.config.is_slave:
             return 0
         return max(self.store.commit_log.max_offset - self.store.replicated_whole_records_end, 0)
 
