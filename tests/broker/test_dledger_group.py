@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call, free_broker_port, free_port
+from compat_tests.servers import call, create_topic_request, free_broker_port, free_port
 from gateway.client import blocking
 from gateway.client.producer import build_message
 from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
@@ -200,6 +200,12 @@ def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
     resp = send(group.brokers[followers[0]], b"to-a-follower")
     assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and SLAVE_REFUSAL.fullmatch(resp.remark), resp.remark
     until(lambda: set(bodies(group.brokers[followers[0]], TOPIC, QUEUES)) == acked, 10, "the follower dispatched")
+    # ... and refuses to create a topic, as Apache's follower does (AdminBrokerProcessor.validateSlave).
+    created = call(group.brokers[followers[0]], create_topic_request("Elsewhere"), 5)
+    assert (created.code, created.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "Can't modify topic or subscription group from slave broker, please execute it from master broker.",
+    )
 
     # Operators see each member's role, term, leader and indexes.
     info = runtime_info(master)

@@ -57,7 +57,8 @@ log = Logger()
 _PERM_ALL = PermName.PERM_PRIORITY | PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT
 # How long heavy admin work may hold the reactor before other connections get their turn.
 _SLICE_SECONDS = 0.002
-_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please do it from master broker"
+# AdminBrokerProcessor.validateSlave's words (4.9.8 and 5.x).
+_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 
 class AdminBrokerProcessor:
