@@ -9,6 +9,7 @@ new master is in the route within the election timeout and sends resume there, t
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -52,8 +53,9 @@ SLAVE_REFUSAL = re.compile(
 class Group:
     """Our NameServer and three brokers of one DLedger group, as processes under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, **extra: str) -> None:
         self.root = root
+        self.extra = extra  # more broker.conf lines for every member
         self.procs: list[Proc] = []
         self.namesrv = ""
         self.brokers: dict[str, str] = {}  # self id → broker address
@@ -95,6 +97,7 @@ class Group:
                 "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
                 "minVoteIntervalMs": "100",
                 "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
+                **self.extra,
             }
             proc = Proc("gateway.broker", write_properties(self.root / f"broker-{i}.conf", props), self.root)
             self.procs.append(proc)
@@ -341,3 +344,30 @@ def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Gro
     # As Apache's changeToSlave / changeToMaster: role changes only register. An UNREGISTER_BROKER of the old id
     # would remove whatever address holds it, maybe the new master's.
     assert "unregisterBroker" not in (group.root / "logs" / "rocketmqlogs" / "namesrv.log").read_text()
+
+
+def test_a_send_no_majority_acknowledges_in_time_is_answered_as_apache(tmp_path: Path) -> None:
+    # The wait for the quorum's acks ends before the leader, hearing no majority, steps down.
+    group = Group(tmp_path, maxWaitAckTimeMs="200", heartBeatTimeIntervalMs="1000")
+    try:
+        group.start()
+        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        master = settled_route(group, {"n0", "n1", "n2"})[0]
+        leader = group.member_at(master)
+        assert send(master, b"in time").code == ResponseCode.SUCCESS
+        followers = [proc for i, proc in group.members.items() if i != leader]
+        for proc in followers:
+            proc.proc.send_signal(signal.SIGSTOP)
+        try:
+            resp = send(master, b"no majority")
+        finally:
+            for proc in followers:
+                proc.proc.send_signal(signal.SIGCONT)
+        # DLedger's WAIT_QUORUM_ACK_TIMEOUT is OS_PAGECACHE_BUSY in 4.9.8's DLedgerCommitLog ("the ons client will
+        # ignore" FLUSH_SLAVE_TIMEOUT), which a send is answered as SYSTEM_ERROR.
+        assert (resp.code, resp.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+        )
+    finally:
+        group.stop()
