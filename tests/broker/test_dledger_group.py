@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,12 @@ MAX_HEARTBEAT_LEAK = 3
 MAX_VOTE_INTERVAL_MS = 300
 # A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
 # the rest is for a loaded machine (two cores shared by many).
+FAST_TIMINGS = {
+    "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
+    "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
+    "minVoteIntervalMs": "100",
+    "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
+}
 ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
 # SendMessageProcessor.handlePutMessageResult's words, with diskUtil's "CL: %5.2f CQ: %5.2f INDEX: %5.2f".
 SLAVE_REFUSAL = re.compile(
@@ -53,9 +59,14 @@ SLAVE_REFUSAL = re.compile(
 class Group:
     """Our NameServer and three brokers of one DLedger group, as processes under ``root``."""
 
-    def __init__(self, root: Path, **extra: str) -> None:
+    def __init__(self, root: Path, apache: Collection[str] = (), timings: dict[str, str] | None = None, **extra: str):
+        """``apache``: the members that run Apache 4.9.8's broker (ROCKETMQ_BROKER_CLASSPATH); ``timings``:
+        DLedger's for ours (short by default; Apache's broker keeps DLedger's defaults); ``extra``: more lines
+        for every member."""
         self.root = root
-        self.extra = extra  # more broker.conf lines for every member
+        self.apache = set(apache)
+        self.timings = FAST_TIMINGS if timings is None else timings
+        self.extra = extra
         self.procs: list[Proc] = []
         self.namesrv = ""
         self.brokers: dict[str, str] = {}  # self id → broker address
@@ -93,13 +104,18 @@ class Group:
                 "dLegerGroup": GROUP,
                 "dLegerPeers": peers,
                 "dLegerSelfId": i,
-                "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
-                "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
-                "minVoteIntervalMs": "100",
-                "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
+                **self.timings,
                 **self.extra,
             }
-            proc = Proc("gateway.broker", write_properties(self.root / f"broker-{i}.conf", props), self.root)
+            conf = self.root / f"broker-{i}.conf"
+            if i in self.apache:
+                from compat_tests.apache_broker import apache_broker_argv
+
+                home = self.root / f"home-{i}"
+                write_properties(conf, props | {"rocketmqHome": str(home)})
+                proc = Proc("", conf, self.root, apache_broker_argv(conf, home))
+            else:
+                proc = Proc("gateway.broker", write_properties(conf, props), self.root)
             self.procs.append(proc)
             self.members[i] = proc
             self.brokers[i] = f"127.0.0.1:{port}"
