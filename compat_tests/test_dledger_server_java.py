@@ -1,7 +1,8 @@
 """Our DLedger members in one group with Apache's own ``DLedgerServer`` (dledger 0.3.1.2), run when
 ``ROCKETMQ_BROKER_CLASSPATH`` names the broker's jars: {2 Java + 1 ours} and {1 Java + 2 ours} elect, replicate
 appends made through DLedger's APPEND RPC, hand leadership from one side to the other, replace a killed leader,
-and end with byte-identical data files over the committed range."""
+and end with byte-identical data files over the committed range; Apache's ``DLedgerClient`` appends, reads and
+transfers leadership on a group of ours."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
-from twisted.internet import reactor
+from twisted.internet import reactor, threads
 
 from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
 from gateway.dledger.protocol import (
@@ -37,6 +38,7 @@ pytestmark = pytest.mark.compat
 
 SOURCE = Path(__file__).resolve().parent / "java_dledger" / "DLedgerMember.java"
 BODY_SIZE = 6000  # 15 entries cross a 64 KiB data file: the blank record at its end is compared too
+OUTPUT = ("APPEND", "GET", "TRANSFER")  # DLedgerClientCalls' lines (logback's are not)
 BATCH = 16 * 1024  # maxBatchPushSize when pushing in batches: three entries a push
 
 
@@ -223,3 +225,89 @@ async def test_mixed_group_elects_replicates_hands_over_and_agrees_byte_for_byte
     datas = {m: group.cluster.data_bytes(m, end) for m in members}
     assert all(len(d) == end for d in datas.values())
     assert len(set(datas.values())) == 1, {m: d[:64] for m, d in datas.items()}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_divergent_tail_is_truncated_across_implementations(group: MixedGroup) -> None:
+    """The lone member of the smaller side gets an uncommitted tail of an old term written into its files (our
+    store writes DLedger's format, so Java's directory takes it too); a leader of the other side cuts it."""
+    members = list(group.cluster.peers)
+    lone = next(iter(group.java_ids)) if len(group.java_ids) == 1 else members[-1]
+    for member in members:
+        group.start(member)
+    leader, term = await group.leader()
+    for i in range(3):
+        assert (await group.append(leader, body(i))).code == DLedgerResponseCode.SUCCESS
+    await until(lambda: all((v := group.view(m)) and v[4] == 2 for m in members), 20, "all committing 2")
+    for member in members:
+        await group.stop(member)
+    store = DLedgerFileStore(group.cluster.config(lone).store)
+    store.open()
+    old_term = store.ledger_end_term
+    for i in range(4):
+        store.append_as_leader(f"divergent-{i}".encode() * 50, term=old_term)
+    store.close()
+    others = [m for m in members if m != lone]
+    for member in others:
+        group.start(member)
+    leader, term = await group.leader()
+    if term == old_term:  # re-elected in the term it led: move on one term
+        other = next(m for m in others if m != leader)
+        assert (await group.transfer(leader, term, other)).code == DLedgerResponseCode.SUCCESS
+        leader, term = await group.leader()
+    assert term > old_term
+    for i in range(3, 5):
+        assert (await group.append(leader, body(i))).code == DLedgerResponseCode.SUCCESS
+    group.start(lone)
+    await until(
+        lambda: all((v := group.view(m)) is not None and v[3] == 4 and v[4] == 4 for m in members),
+        30,
+        "every member holding and committing 4, the divergent tail cut",
+    )
+    for member in list(group.running()):
+        await group.stop(member)
+    reference = DLedgerFileStore(group.cluster.config(lone).store)
+    reference.open()
+    assert [reference.get(i).body for i in range(5)] == [body(i) for i in range(5)]
+    end = reference.committed_pos
+    reference.close()
+    assert len({group.cluster.data_bytes(m, end) for m in members}) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_apache_dledger_client_appends_reads_and_transfers_on_our_group(tmp_path: Path) -> None:
+    """DLedgerClient finds our leader (METADATA after a NOT_LEADER), appends, reads back (GET) and asks for a
+    leadership transfer, all answered as DLedger answers them."""
+    classes = tmp_path / "classes"
+    source = SOURCE.with_name("DLedgerClientCalls.java")
+    javac = [jdk_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-d", str(classes), "-cp", CLASSPATH, str(source)]
+    compiled = await threads.deferToThread(subprocess.run, javac, capture_output=True, text=True, timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    cluster = Cluster(tmp_path)
+    try:
+        cluster.start()
+        leader = await cluster.leader()
+        lead, term = leader.member_state.self_id, leader.member_state.term
+        transferee = next(m for m in cluster.peers if m != lead)
+        peers = ";".join(f"{k}-{v}" for k, v in cluster.peers.items())
+        logback = tmp_path / "logback.xml"
+        logback.write_text(LOGBACK)
+        argv = [
+            jdk_tool("java"), f"-Dlogback.configurationFile={logback}", "-cp", f"{classes}:{CLASSPATH}",
+            "DLedgerClientCalls", GROUP, peers, "5", lead, str(term), transferee,
+        ]  # fmt: skip
+        ran = await threads.deferToThread(subprocess.run, argv, capture_output=True, text=True, timeout=120)
+        assert ran.returncode == 0, ran.stderr
+        lines = [line.split(" ", 4) for line in ran.stdout.splitlines() if line.split(" ")[0] in OUTPUT]
+        appends = [line for line in lines if line[0] == "APPEND"]
+        assert [(int(c), int(i), int(p), who) for _, c, i, p, who in appends] == [
+            (200, i, leader.store.get(i).pos, lead) for i in range(5)
+        ]
+        gets = [line for line in lines if line[0] == "GET"]
+        assert [tuple(line[1:]) for line in gets] == [("200", str(i), f"client-{i}") for i in range(5)]
+        assert lines[-1] == ["TRANSFER", "200"]
+        new = await cluster.leader()
+        assert new.member_state.self_id == transferee and new.member_state.term == term + 1
+        assert all(s.store.get(4).body == b"client-4" for s in cluster.servers.values())
+    finally:
+        await cluster.stop()

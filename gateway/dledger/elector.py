@@ -65,6 +65,11 @@ class _Round:
                 self._timer.cancel()
             self._finish()
 
+    def cancel(self) -> None:
+        self.finished = True
+        if self._timer.active():
+            self._timer.cancel()
+
 
 class DLedgerLeaderElector:
     """Votes, heartbeats and leadership transfer for one member."""
@@ -84,6 +89,7 @@ class DLedgerLeaderElector:
         self.last_vote_cost = 0.0
         self.role_change_handlers: list[RoleChangeHandler] = []
         self._round: _Round | None = None
+        self.running = False
         # The transferee's pending answer to the leader that asked it to take over.
         self._take_leadership: tuple[LeadershipTransferRequest, defer.Deferred[Any]] | None = None
         self._loop = task.LoopingCall(self.maintain_state)
@@ -97,13 +103,15 @@ class DLedgerLeaderElector:
         return self.now() - since
 
     def start(self) -> None:
+        self.running = True
         self._loop.start(MAINTAIN_INTERVAL_S, now=True)
 
     def stop(self) -> None:
+        self.running = False
         if self._loop.running:
             self._loop.stop()
         if self._round is not None:
-            self._round.finished = True
+            self._round.cancel()
             self._round = None
 
     @property
@@ -255,8 +263,8 @@ class DLedgerLeaderElector:
     # -- the state maintainer
 
     def maintain_state(self) -> None:
-        if self._round is not None:
-            return  # a vote or heartbeat round is still out
+        if self._round is not None or not self.running:
+            return  # a vote or heartbeat round is still out, or the member stopped
         try:
             role = self.member_state.role
             if role is MemberRole.LEADER:

@@ -139,7 +139,3 @@ class MemberState:
     @property
     def peer_size(self) -> int:
         return len(self.peers)
-
-    @property
-    def leader_addr(self) -> str | None:
-        return self.peers.get(self.leader_id) if self.leader_id is not None else None

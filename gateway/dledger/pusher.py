@@ -123,14 +123,17 @@ class DLedgerEntryPusher:
         self._loop = task.LoopingCall(self.run)
         self._loop.clock = reactor
         self._wakeup: Any = None
+        self.running = False
 
     def now(self) -> float:
         return self.reactor.seconds() * 1000
 
     def start(self) -> None:
+        self.running = True
         self._loop.start(TICK_S, now=False)
 
     def stop(self) -> None:
+        self.running = False
         if self._loop.running:
             self._loop.stop()
         if self._wakeup is not None and self._wakeup.active():
@@ -139,10 +142,12 @@ class DLedgerEntryPusher:
 
     def wakeup(self) -> None:
         """Run again in the next reactor turn (once, however often asked)."""
-        if self._wakeup is None or not self._wakeup.active():
+        if self.running and (self._wakeup is None or not self._wakeup.active()):
             self._wakeup = self.reactor.callLater(0, self.run)
 
     def run(self) -> None:
+        if not self.running:
+            return
         role = self.member_state.role
         try:
             if role is MemberRole.LEADER:
@@ -309,6 +314,9 @@ class EntryDispatcher:
         # enableBatchPush: the entries gathered for the next push, and the pushes out: first index -> (when, count).
         self.batch: list[DLedgerEntry] = []
         self.batch_pending: dict[int, tuple[float, int]] = {}
+        # peerPushQuota: bytes pushed in the current second to a peer far behind (DLedger's Quota, one second).
+        self._quota_second = -1
+        self._quota_bytes = 0
         # A COMPARE or TRUNCATE awaiting its answer (DLedger's thread blocks on it); the term's count, so an answer
         # from an earlier leadership is ignored; when to go on after an error.
         self._waiting = False
@@ -400,7 +408,7 @@ class EntryDispatcher:
 
     def _do_append(self) -> None:
         for _ in range(WORK_PER_RUN):
-            if self.type is not PushType.APPEND:
+            if self.type is not PushType.APPEND or self.pusher.now() < self._resume_ms:
                 return
             if self.write_index > self.store.ledger_end_index:
                 self._do_commit()
@@ -437,10 +445,28 @@ class EntryDispatcher:
         entry = self._entry_for_append(index)
         if entry is None:
             return
+        self._check_quota(entry)
         request = self._build(entry, PushType.APPEND)
         self.pending[index] = self.pusher.now()
         self._push(request).addCallback(self._appended, self._epoch, index, self.term)
         self.last_push_commit_ms = self.pusher.now()
+
+    def _check_quota(self, entry: DLedgerEntry) -> None:
+        """``checkQuotaAndWait``: to a peer more than 1000 entries and ``peerPushThrottlePoint`` bytes behind, push
+        at most ``peerPushQuota`` bytes a second (this one goes; the next wait for the next second)."""
+        store, config = self.store, self.pusher.config
+        if store.ledger_end_index - entry.index <= MAX_PENDING_PUSHES:
+            return
+        if store.data.wrote_where - entry.pos < config.peer_push_throttle_point:
+            return
+        now = self.pusher.now()
+        second = int(now // 1000)
+        if second != self._quota_second:
+            self._quota_second, self._quota_bytes = second, 0
+        self._quota_bytes += entry.size
+        if self._quota_bytes >= config.peer_push_quota:
+            self._resume_ms = (second + 1) * 1000
+            log.warn("[Push-{peer}]Quota exhaust, will sleep {ms}ms", peer=self.peer_id, ms=int(self._resume_ms - now))
 
     def _appended(self, x: PushEntryResponse, epoch: int, index: int, term: int) -> None:
         code = DLedgerResponseCode(x.code)

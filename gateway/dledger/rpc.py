@@ -90,6 +90,7 @@ class DLedgerRpcService:
         self.factory = RemotingServerFactory(self.dispatcher)
         self.client = RemotingClient(reactor, endpoint_factory=peer_endpoint)
         self._port: Any = None
+        self.closed = False
 
     # -- serving
 
@@ -127,6 +128,7 @@ class DLedgerRpcService:
     @defer.inlineCallbacks
     def close(self) -> Any:
         """Stop listening, close the peers' connections and ours."""
+        self.closed = True
         if self._port is not None:
             yield self._port.stopListening()
             self._port = None
@@ -140,7 +142,7 @@ class DLedgerRpcService:
         makes up when there is none (never errbacks)."""
         response_type = BODIES[code][1]
         addr = self.member_state.peers.get(request.remote_id or "")
-        if addr is None:
+        if addr is None or self.closed:
             return defer.succeed(_network_error(code, request))
         command = RemotingCommand.request(code, body=request.encode(), language="JAVA")
         d = self.client.invoke(addr, command, RPC_TIMEOUT_S)

@@ -13,10 +13,11 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet import defer, task
+from twisted.internet.error import CannotListenError
 from twisted.logger import Logger
 
 from .codes import DLedgerError, DLedgerRequestCode, DLedgerResponseCode
-from .config import DLedgerConfig
+from .config import DLedgerConfig, DLedgerConfigError
 from .elector import DLedgerLeaderElector
 from .member_state import MemberRole, MemberState
 from .protocol import (
@@ -37,7 +38,7 @@ from .protocol import (
     VoteRequest,
     VoteResponse,
 )
-from .pusher import AppendResult, DLedgerEntryPusher
+from .pusher import AppendResult, CommitListener, DLedgerEntryPusher
 from .rpc import DLedgerRpcService, copy_base_info
 from .store import DLedgerFileStore
 
@@ -46,7 +47,6 @@ __all__ = ["AppendResult", "DLedgerServer"]
 log = Logger()
 
 RoleListener = Callable[[MemberRole, int, "str | None"], None]
-CommitListener = Callable[[int], None]
 
 # DLedgerServer checks its preferred leaders once a second, the first time a second after start.
 PREFERRED_LEADER_CHECK_S = 1.0
@@ -138,7 +138,15 @@ class DLedgerServer(Service):
     def startService(self) -> None:
         if self._owns_store:
             self.store.open()
-        self.port = self.rpc.listen()
+        try:
+            self.port = self.rpc.listen()
+        except CannotListenError as e:
+            if self._owns_store:
+                self.store.close()
+            raise DLedgerConfigError(
+                f"dLegerPeers: member {self.config.self_id} cannot listen on {self.config.self_addr}: "
+                f"{e.socketError.strerror if isinstance(e.socketError, OSError) else e.socketError}"
+            ) from None
         super().startService()
         self.pusher.start()
         self.elector.start()

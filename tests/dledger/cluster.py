@@ -16,9 +16,10 @@ from gateway.dledger.server import DLedgerServer
 from gateway.dledger.store import DLedgerStoreConfig
 
 GROUP = "g0"
-# Small timings so an election takes a fraction of a second: a follower gives up on its leader after 300 ms.
+# Small timings so an election takes a fraction of a second: a follower gives up on its leader after 600 ms
+# (a reactor stalled by a slow disk on a busy machine must not look like a dead leader).
 TIMINGS = {
-    "heart_beat_time_interval_ms": 100,
+    "heart_beat_time_interval_ms": 200,
     "max_heart_beat_leak": 3,
     "min_vote_interval_ms": 50,
     "max_vote_interval_ms": 150,

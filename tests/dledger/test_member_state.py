@@ -1,12 +1,15 @@
-"""The term and vote on disk: a restarted member never votes twice in one term."""
+"""A member before it runs: the term and vote on disk (a restarted member never votes twice in one term), a port
+that is taken."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
-from twisted.internet import task
+from twisted.internet import reactor, task
 
+from gateway.dledger.config import DLedgerConfigError
 from gateway.dledger.member_state import TERM_PERSIST_FILE, MemberRole
 from gateway.dledger.protocol import VoteRequest, VoteResult
 from gateway.dledger.server import DLedgerServer
@@ -52,3 +55,14 @@ def test_an_unreadable_term_file_stops_the_member(tmp_path: Path) -> None:
     Path(f"{path}.bak").unlink(missing_ok=True)
     with pytest.raises(StateFileError, match="currterm"):
         member(tmp_path)
+
+
+def test_a_taken_port_is_one_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        server = DLedgerServer(Cluster(tmp_path, ports=[port, 2, 3]).config("n0"), reactor)
+        with pytest.raises(DLedgerConfigError, match=rf"member n0 cannot listen on 127.0.0.1:{port}: "):
+            server.startService()
+    assert not server.running

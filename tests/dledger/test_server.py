@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import pytest_twisted
+from twisted.logger import globalLogPublisher
 
 from gateway.dledger.codes import DLedgerError, DLedgerResponseCode
 from gateway.dledger.member_state import MemberRole
@@ -206,4 +207,35 @@ async def test_the_preferred_leader_takes_over(tmp_path: Path) -> None:
         assert new.member_state.self_id == "n2"
         await new.append(b"after").committed
     finally:
+        await cluster.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_far_behind_follower_is_fed_at_the_push_quota(tmp_path: Path) -> None:
+    # More than 1000 entries and peerPushThrottlePoint bytes behind: at most peerPushQuota bytes a second.
+    cluster = Cluster(tmp_path, peer_push_throttle_point=1024, peer_push_quota=64 * 1024)
+    warnings: list[str] = []
+
+    def observe(event: dict) -> None:
+        if "Quota exhaust" in (event.get("log_format") or ""):
+            warnings.append(event["peer"])
+
+    try:
+        cluster.start()
+        leader = await cluster.leader()
+        lag = next(m for m in cluster.servers if m != leader.member_state.self_id)
+        await cluster.stop(lag)
+        for _ in range(13):  # a hundred at a time: the follower left never falls 1000 behind
+            results = [leader.append(b"q" * 500) for _ in range(100)]
+            for r in results:
+                await r.committed
+        globalLogPublisher.addObserver(observe)
+        start = time.monotonic()
+        cluster.start(lag)
+        await until(lambda: cluster.servers[lag].member_state.committed_index == 1299, 10, "the follower catching up")
+        # Entries 1..298 are the ones over 1000 behind: 2.5 quotas, so at least one whole second of waiting.
+        assert time.monotonic() - start >= 0.9
+        assert warnings and set(warnings) == {lag}
+    finally:
+        globalLogPublisher.removeObserver(observe)
         await cluster.stop()
