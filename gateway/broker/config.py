@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
@@ -371,10 +372,16 @@ def _check_dledger(broker: BrokerConfig, store: StoreConfig, path: str | None, o
     try:
         dledger_config(broker, store)
     except DLedgerConfigError as e:
-        key, _, problem = str(e).partition(" ")
-        key = key.rstrip(":")
-        raise ConfigError(f"{source(key)}: key {key}: {problem}") from None
+        raise dledger_config_error(e, source) from None
     broker.brokerId = -1
+
+
+def dledger_config_error(error: DLedgerConfigError, source: Callable[[str], str]) -> ConfigError:
+    """A DLedger setting that cannot work ("dLegerPeers: ...") as a ConfigError naming the key and where it
+    was set (``source(key)``)."""
+    key, _, problem = str(error).partition(" ")
+    key = key.rstrip(":")
+    return ConfigError(f"{source(key)}: key {key}: {problem}")
 
 
 def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:

@@ -18,11 +18,12 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from gateway.dledger.commitlog import DLedgerCommitLog
+from gateway.dledger.config import DLedgerConfigError
 from gateway.dledger.member_state import MemberRole
 from gateway.dledger.server import DLedgerServer
 from gateway.dledger.store import DLedgerFileStore
 
-from .config import dledger_config
+from .config import dledger_config, dledger_config_error
 
 if TYPE_CHECKING:
     from .controller import BrokerController
@@ -55,10 +56,15 @@ class DLedgerRoles:
         return functools.partial(DLedgerCommitLog, ledger=self.ledger, appender=self.server.append)
 
     def start(self) -> None:
-        """Start the member (the store has opened the ledger): listen for its peers and elect."""
+        """Start the member (the store has opened the ledger): listen for its peers and elect. A peer address
+        it cannot listen on is a ConfigError naming dLegerPeers and the file."""
         self.server.add_role_listener(self.role_changed)
         self.server.add_commit_listener(self._committed)
-        self.server.startService()
+        try:
+            self.server.startService()
+        except DLedgerConfigError as e:
+            path = self.broker.config.brokerConfigPath
+            raise dledger_config_error(e, lambda _key: path or "command line") from None
 
     def first_role(self) -> defer.Deferred[Any]:
         """Take the member's role now unless an election already gave one; fires once the first role is

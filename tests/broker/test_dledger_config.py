@@ -140,6 +140,9 @@ def test_a_busy_dledger_port_is_one_line_and_the_store_is_closed_cleanly(tmp_pat
         )
         run = _run_broker(tmp_path, conf)
     assert run.returncode == 1, run
-    assert run.stderr.strip().splitlines() == [f"cannot listen on 127.0.0.1:{port}: Address already in use"], run
+    assert run.stderr.strip().splitlines() == [
+        f"configuration error: {conf}: key dLegerPeers: member n0 cannot listen on 127.0.0.1:{port}: "
+        "Address already in use"
+    ], run
     store = tmp_path / "store"
     assert (store / "checkpoint").exists() and not (store / "abort").exists()
