@@ -198,8 +198,10 @@ class BrokerController(service.Service):
             config.brokerRole = store_config.brokerRole = "SLAVE"
             self.registration.on_hold = True
         if self.dledger is not None:
-            # Nothing is registered before the member has a role (Apache's brokerId is -1 until then).
+            # Nothing is registered before the member has a role (Apache's brokerId is -1 until then), nor as
+            # master by a leader that has not heard from a majority lately.
             self.registration.on_hold = True
+            self.registration.master_lease = self.dledger.holds_lease
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None

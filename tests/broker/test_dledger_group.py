@@ -387,3 +387,34 @@ def test_a_send_no_majority_acknowledges_in_time_is_answered_as_apache(tmp_path:
         )
     finally:
         group.stop()
+
+
+def test_a_frozen_leader_is_replaced_and_when_thawed_follows_without_taking_the_route(tmp_path: Path) -> None:
+    # Registrations every second: a thawed old leader's periodic one comes due at once.
+    group = Group(tmp_path, registerNameServerPeriod="1000", registerNameServerPeriodMin="1000")
+    try:
+        group.start()
+        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        master = settled_route(group, {"n0", "n1", "n2"})[0]
+        leader = group.member_at(master)
+        frozen = group.members[leader].proc
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            route = until(lambda: (r := group.route()).get(0) not in (None, master) and r, ELECTION_TIMEOUT, "a master")
+            new_master = route[0]
+            time.sleep(2.0)  # the old leader's registrations come due meanwhile
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        # Thawed, it learns the new term and follows; the route keeps the new master all along.
+        seen = []
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            seen.append(group.route().get(0))
+            time.sleep(0.05)
+        assert set(seen) == {new_master}, seen
+        assert settled_route(group, {"n0", "n1", "n2"})[group.dledger_id(leader)] == master
+        resp = send(master, b"to the thawed one")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert send(new_master, b"to the new one").code == ResponseCode.SUCCESS
+    finally:
+        group.stop()
