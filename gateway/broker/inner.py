@@ -37,27 +37,38 @@ def when_put(result: _R | Deferred[_R], then: Callable[[_R], _T]) -> _T | Deferr
     return then(result)
 
 
-def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
-    """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
-    say at once whether it is stored. On a DLedger ledger an entry this leader appended counts as stored before a
-    majority holds it (Apache waits for the commit on a thread; the reactor cannot): a failed commit is logged,
-    and a new leader takes the delivery offsets its slave synced, a little behind, so it delivers again."""
-    result = store.put_message(msg)
+def decided_now(result: PutMessageResult | Deferred[PutMessageResult]) -> PutMessageResult | None:
+    """The put's result if it is known already (always, but on a DLedger ledger before the commit), else None."""
     if type(result) is PutMessageResult:
         return result
-    decided: list[PutMessageResult] = []
-    result.addCallback(decided.append)  # type: ignore[union-attr]
-    if decided:
-        return decided[0]
-    result.addCallback(lambda _: _log_uncommitted(msg, decided[0]))  # type: ignore[union-attr]
+    known: list[PutMessageResult] = []
+    result.addCallback(lambda put: known.append(put) or put)  # type: ignore[union-attr]
+    return known[0] if known else None
+
+
+def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
+    """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
+    say at once whether it is stored (:func:`stored_now`)."""
+    return stored_now(store.put_message(msg), msg.topic)
+
+
+def stored_now(result: PutMessageResult | Deferred[PutMessageResult], topic: str) -> PutMessageResult:
+    """A put of the broker's own, as stored or not now. On a DLedger ledger an entry this leader appended counts
+    as stored before a majority holds it (Apache waits for the commit on a thread; the reactor cannot): a failed
+    commit is logged, and a new leader takes the delivery offsets its slave synced, a little behind, so it
+    delivers again."""
+    now = decided_now(result)
+    if now is not None:
+        return now
+    result.addCallback(_log_uncommitted, topic)  # type: ignore[union-attr]
     return PutMessageResult(PutMessageStatus.PUT_OK)
 
 
-def _log_uncommitted(msg: MessageExtBrokerInner, result: PutMessageResult) -> None:
+def _log_uncommitted(result: PutMessageResult, topic: str) -> None:
     if not result.ok:
         log.warn(
             "the broker's own put to {topic} was appended but not committed: {status}",
-            topic=msg.topic,
+            topic=topic,
             status=result.status.name,
         )
 

@@ -92,3 +92,56 @@ async def test_every_put_goes_through_the_ledger(make_broker) -> None:
     finally:
         await producer.client.close()
         await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) -> None:
+    """Three members in this process: commits come from the followers' acks, later than the puts, so the master's
+    own re-puts (delay delivery, a transaction check-back's copy of the half message) are decided afterwards."""
+    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    members = [
+        BrokerUnderTest(
+            tmp_path / f"n{i}",
+            remoting,
+            enableDLegerCommitLog="true",
+            dLegerGroup="broker-a",
+            dLegerPeers=peers,
+            dLegerSelfId=f"n{i}",
+            heartBeatTimeIntervalMs="200",
+            minVoteIntervalMs="50",
+            maxVoteIntervalMs="150",
+            messageDelayLevel=FAST_LEVELS,
+            transactionCheckInterval="200",
+            transactionTimeOut="600",
+        )
+        for i in range(3)
+    ]
+    producer = TransactionalProducer()
+    try:
+        for member in members:
+            member.start()
+        deadline = time.monotonic() + 10
+        while not (masters := [m for m in members if m.controller.config.brokerId == 0]):
+            assert time.monotonic() < deadline, "no master"
+            await sleep(0.05)
+        (broker,) = masters
+        await create_topic(broker, "DL3", 2)
+        resp = await send(broker, "DL3", b"later", {"DELAY": "1"}, queue_id=0)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert [m.body for m in await wait_for(broker, "DL3", 1, queue_id=0)] == [b"later"]
+        # A half message nobody resolves is copied and checked back under the copy's offsets.
+        await producer.register(broker)
+        pending = await producer.send_half(broker, "DL3", b"pending", "P1")
+        while not producer.checks:
+            assert time.monotonic() < deadline + 10, "no check-back"
+            await sleep(0.05)
+        header, msg = producer.checks[0]
+        assert msg.body == b"pending" and header.tran_state_table_offset > int(pending["queueOffset"])
+        assert decode_offset_message_id(header.offset_msg_id)[1] == header.commit_log_offset
+        answer = {"msgId": header.offset_msg_id, "queueOffset": str(header.tran_state_table_offset)}
+        assert (await producer.end(broker, answer, COMMIT, check=True)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await wait_for(broker, "DL3", 1, queue_id=1)] == [b"pending"]
+    finally:
+        await producer.client.close()
+        for member in members:
+            await member.stop()

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
+
 from gateway.remoting.codes import PermName
 from gateway.remoting.message import (
     MessageConst,
@@ -87,15 +89,18 @@ class TransactionalMessageBridge:
         )
         return put_now(broker.store, op).ok
 
-    def renew_half_message(self, half: MessageExt, immunity: bool = False) -> PutMessageResult:
-        """Append ``half`` (with its current properties) again to its half queue (renew[Immunity]HalfMessageInner).
+    def renew_half_message(
+        self, half: MessageExt, immunity: bool = False
+    ) -> PutMessageResult | Deferred[PutMessageResult]:
+        """Append ``half`` (with its current properties) again to its half queue (renew[Immunity]HalfMessageInner);
+        on a DLedger ledger the result comes once the copy is committed (or not).
 
         For an immunity renewal ``TRAN_PREPARED_QUEUE_OFFSET`` keeps pointing at the first copy's offset.
         """
         props = dict(half.properties)
         if immunity:
             props.setdefault(MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
-        return put_now(self.broker.store, inner_from_ext(half, half.topic, half.queue_id, props))
+        return self.broker.store.put_message(inner_from_ext(half, half.topic, half.queue_id, props))
 
     # -- reads and offsets
 
