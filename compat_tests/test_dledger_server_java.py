@@ -7,6 +7,7 @@ transfers leadership on a group of ours."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 from collections.abc import AsyncIterator
@@ -58,14 +59,16 @@ class JavaMember:
             *([str(batch)] if batch else []),
         ]  # fmt: skip
         with open(self.log, "ab") as out:
+            self.since = out.tell()  # a restarted member's log goes on after its previous run's lines
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
     def status(self) -> tuple[str, int, str | None, int, int] | None:
         if self.proc.poll() is not None:
             return None
         with open(self.log, "rb") as f:
-            f.seek(max(0, os.path.getsize(self.log) - 8192))
-            lines = [line for line in f.read().decode(errors="replace").splitlines() if line.startswith("STATUS ")]
+            f.seek(max(self.since, os.path.getsize(self.log) - 8192))
+            whole = f.read().decode(errors="replace").split("\n")[:-1]  # (the last one may be half written)
+            lines = [line for line in whole if line.startswith("STATUS ")]
         if not lines:
             return None
         _, role, term, leader, end, committed = lines[-1].split()
@@ -225,6 +228,10 @@ async def test_mixed_group_elects_replicates_hands_over_and_agrees_byte_for_byte
     datas = {m: group.cluster.data_bytes(m, end) for m in members}
     assert all(len(d) == end for d in datas.values())
     assert len(set(datas.values())) == 1, {m: d[:64] for m, d in datas.items()}
+    # The term and vote files, as each side writes them.
+    for member in members:
+        text = (group.cluster.base / member / f"dledger-{member}" / "currterm").read_text()
+        assert re.fullmatch(r"voteLeader=n\d\ncurrTerm=\d+\n", text), (member, text)
 
 
 @pytest_twisted.ensureDeferred

@@ -16,7 +16,7 @@ public class DLedgerMember {
         config.setStoreBaseDir(args[3]);
         config.setMappedFileSizeForEntryData(Integer.parseInt(args[4]));
         config.setMappedFileSizeForEntryIndex(Integer.parseInt(args[5]));
-        config.setHeartBeatTimeIntervalMs(200);
+        config.setHeartBeatTimeIntervalMs(500);
         config.setMaxHeartBeatLeak(3);
         config.setMinVoteIntervalMs(50);
         config.setMaxVoteIntervalMs(150);

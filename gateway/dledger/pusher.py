@@ -188,7 +188,7 @@ class DLedgerEntryPusher:
         """The leader's append (``handleAppend``): written here, then waited for; :class:`DLedgerError` at once
         when this member cannot take it."""
         ms = self.member_state
-        if ms.role is not MemberRole.LEADER:
+        if ms.role is not MemberRole.LEADER or not self.running:
             raise DLedgerError(DLedgerResponseCode.NOT_LEADER, f"{ms.self_id} is not the leader ({ms.leader_id})")
         if ms.transferee is not None:
             raise DLedgerError(DLedgerResponseCode.LEADER_TRANSFERRING, f"handing over to {ms.transferee}")
@@ -208,12 +208,12 @@ class DLedgerEntryPusher:
     def fail_pending(self, code: DLedgerResponseCode, why: str, keep_term: int | None = None) -> None:
         """Fail every waiting append (of every term but ``keep_term``)."""
         for term in [t for t in self.pending_by_term if t != keep_term]:
-            for index, result in self.pending_by_term.pop(term).items():
-                log.info(
-                    "[TermChange] Will clear the pending response index={index} for term changed from {term}",
-                    index=index,
-                    term=term,
-                )
+            pending = self.pending_by_term.pop(term)
+            if pending:
+                # (DLedger logs each index; one line says it for all.)
+                log.info("[TermChange] Will clear the pending responses of indexes {first}-{last} of term {term}: "
+                         "{why}", first=min(pending), last=max(pending), term=term, why=why)  # fmt: skip
+            for index, result in pending.items():
                 result.committed.errback(DLedgerError(code, f"index {index} of term {term}: {why}"))
 
     def update_committed_index(self, term: int, committed_index: int) -> None:
@@ -258,6 +258,9 @@ class DLedgerEntryPusher:
         for old in [t for t in self.water_marks_by_term if t != term]:
             log.info("[TermChange] Will clear the watermarks for term changed from {old} to {term}", old=old, term=term)
             del self.water_marks_by_term[old]
+            # (DLedger keeps the last quorum index of an earlier leadership: appends at or below it, after a
+            # truncation, would wait for the once-a-second sweep.)
+            self.last_quorum_index = -1
         quorum_index = sorted(marks.values(), reverse=True)[len(marks) // 2]
         self.update_committed_index(term, quorum_index)
         need_check = False

@@ -66,8 +66,8 @@ def peer_endpoint(reactor: Any, host: str, port: int) -> IStreamClientEndpoint:
     return tcp_endpoint(reactor, host, port)
 
 
-def _network_error(code: DLedgerRequestCode, request: RequestOrResponse) -> RequestOrResponse:
-    """The response DLedger makes up when a call gets no answer."""
+def network_error(code: DLedgerRequestCode, request: RequestOrResponse) -> RequestOrResponse:
+    """The response DLedger makes up when a call gets no answer (what a peer cut off sees)."""
     response_type = BODIES[code][1]
     if code is DLedgerRequestCode.VOTE:
         return VoteResponse()  # voteResult UNKNOWN: not counted as a valid vote
@@ -143,7 +143,7 @@ class DLedgerRpcService:
         response_type = BODIES[code][1]
         addr = self.member_state.peers.get(request.remote_id or "")
         if addr is None or self.closed:
-            return defer.succeed(_network_error(code, request))
+            return defer.succeed(network_error(code, request))
         command = RemotingCommand.request(code, body=request.encode(), language="JAVA")
         d = self.client.invoke(addr, command, RPC_TIMEOUT_S)
 
@@ -160,7 +160,7 @@ class DLedgerRpcService:
                 peer=request.remote_id,
                 error=failure.getErrorMessage(),
             )
-            return _network_error(code, request)
+            return network_error(code, request)
 
         d.addCallback(answered)
         d.addErrback(failed)

@@ -16,14 +16,13 @@ from gateway.dledger.server import DLedgerServer
 from gateway.dledger.store import DLedgerStoreConfig
 
 GROUP = "g0"
-# Small timings so an election takes a fraction of a second: a follower gives up on its leader after 600 ms
-# (a reactor stalled by a slow disk on a busy machine must not look like a dead leader).
+# Small timings so an election takes a fraction of a second; a follower gives up on its leader after 1.5 s, so that
+# a reactor starved by a busy machine (parallel test workers) does not look like a dead leader.
 TIMINGS = {
-    "heart_beat_time_interval_ms": 200,
+    "heart_beat_time_interval_ms": 500,
     "max_heart_beat_leak": 3,
     "min_vote_interval_ms": 50,
     "max_vote_interval_ms": 150,
-    "max_wait_ack_time_ms": 1000,
     "max_push_time_out_ms": 300,
 }
 DATA_FILE = 64 * 1024
@@ -45,15 +44,15 @@ async def sleep(seconds: float) -> None:
     await task.deferLater(reactor, seconds, lambda: None)
 
 
-async def until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``check`` every 20 ms until it returns something truthy."""
+async def until(check: Callable[[], Any], timeout: float = 10.0, what: str | Callable[[], str] = "condition") -> Any:
+    """Poll ``check`` every 20 ms until it returns something truthy; ``what`` (or what it returns) names it."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         await sleep(0.02)
 
 
@@ -104,7 +103,20 @@ class Cluster:
             )
             return lead if followers_agree else None
 
-        return await until(settled, timeout, "one leader followed by every running member")
+        return await until(settled, timeout, lambda: f"one leader followed by every member: {self.views()}")
+
+    def views(self) -> dict[str, tuple[str, int, str | None, int, int]]:
+        """Each running member's role, term, leader, ledger end and commit index (for failure messages)."""
+        return {
+            m: (
+                s.member_state.role.name,
+                s.member_state.term,
+                s.member_state.leader_id,
+                s.store.ledger_end_index,
+                s.store.committed_index,
+            )
+            for m, s in self.servers.items()
+        }
 
     def data_bytes(self, member: str, upto_pos: int) -> bytes:
         """The member's data files concatenated, cut at ``upto_pos``."""
