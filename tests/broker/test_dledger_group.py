@@ -36,7 +36,7 @@ from tests.namesrv.support import route_request
 GROUP = "broker-a"
 TOPIC = "DLedgerTopic"
 QUEUES = 4
-HEARTBEAT_MS = 200
+HEARTBEAT_MS = 400
 MAX_HEARTBEAT_LEAK = 3
 MAX_VOTE_INTERVAL_MS = 300
 # A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
