@@ -230,3 +230,51 @@ def test_rocketmq5_python_sdk_example_sends_and_receives(tmp_path: Path) -> None
         assert received == [f"received TagA order {i}" for i in range(3)]
     finally:
         servers.stop()
+
+
+def test_dledger_group_as_documented_elects_a_master_and_two_slaves(tmp_path: Path) -> None:
+    block = readme_block(r"^    (cat > broker-n0\.conf <<'CONF'\n.*?done)$")
+    lines = [line.removeprefix("    ") for line in block.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("python3 "))
+    files, commands = "\n".join(lines[:start]), lines[start:]
+    assert commands == [
+        "python3 -m gateway.namesrv &",
+        "for n in 0 1 2; do python3 -m gateway.broker -c broker-n$n.conf & done",
+    ]
+    # The same files on ports free here.
+    namesrv_port = free_port()
+    for documented in ("30911", "31911", "32911"):
+        files = files.replace(documented, str(free_broker_port()))
+    for documented in ("40911", "40912", "40913"):
+        files = files.replace(documented, str(free_port()))
+    subprocess.run(["bash", "-c", files.replace("9876", str(namesrv_port))], cwd=tmp_path, check=True)
+    (tmp_path / "namesrv.properties").write_text(f"listenPort={namesrv_port}\nbindAddress=127.0.0.1\n")
+    procs = [popen(python(["python3", "-m", "gateway.namesrv", "-c", "namesrv.properties"]), tmp_path)]
+    try:
+        for n in range(3):
+            procs.append(popen(python(["python3", "-m", "gateway.broker", "-c", f"broker-n{n}.conf"]), tmp_path))
+        addrs = {
+            f"n{n}": "127.0.0.1:" + re.search(r"listenPort=(\d+)", (tmp_path / f"broker-n{n}.conf").read_text())[1]
+            for n in range(3)
+        }
+        admin = blocking.Admin(f"127.0.0.1:{namesrv_port}")
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    route = {d.broker_name: d.broker_addrs for d in admin.get_route("TBW102").broker_datas}
+                except Exception:
+                    route = {}
+                ids = route.get("broker-a", {})
+                if (len(ids) == 3 and 0 in ids) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        finally:
+            admin.shutdown()
+        assert 0 in ids and set(ids.values()) == set(addrs.values()), ids
+        # The slaves under their self id's number + 1.
+        master = next(i for i, a in addrs.items() if a == ids[0])
+        assert {k: v for k, v in ids.items() if k} == {int(i[1:]) + 1: a for i, a in addrs.items() if i != master}
+    finally:
+        for proc in reversed(procs):
+            stop(proc)

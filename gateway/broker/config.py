@@ -4,14 +4,52 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from typing import Any
 
 from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
+from gateway.dledger.config import DLedgerConfig, DLedgerConfigError, parse_peers
+from gateway.dledger.store import DLedgerStoreConfig
 from gateway.remoting.budget import DEFAULT_MAX_BUFFERED_BYTES
 from gateway.remoting.names import topic_problem
 from gateway.store.config import StoreConfig
+
+# DLedgerConfig's timings and limits that broker.conf may set, under DLedgerConfig's Java names (camelCase of
+# our snake_case fields); Apache's broker leaves them at dledger 0.3.1.2's defaults, which are ours too.
+DLEDGER_KEYS = (
+    "heartBeatTimeIntervalMs",
+    "maxHeartBeatLeak",
+    "minVoteIntervalMs",
+    "maxVoteIntervalMs",
+    "maxPendingRequestsNum",
+    "maxWaitAckTimeMs",
+    "maxPushTimeOutMs",
+    "peerPushThrottlePoint",
+    "peerPushQuota",
+    "flushFileInterval",
+    "checkPointInterval",
+    "enablePushToFollower",
+    "maxLeadershipTransferWaitIndex",
+    "minTakeLeadershipVoteIntervalMs",
+    "maxTakeLeadershipVoteIntervalMs",
+    "leadershipTransferWaitTimeout",
+    "maxBatchPushSize",
+)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"([A-Z])", r"_\1", key).lower()
+
+
+_DLEDGER_DEFAULTS = {f.name: f.default for f in fields(DLedgerConfig) if f.default is not MISSING}
+
+
+def _dledger_default(key: str) -> Any:
+    return _DLEDGER_DEFAULTS[_snake(key)]
 
 
 def _local_ip() -> str:
@@ -158,6 +196,34 @@ class BrokerConfig:
     slaveTimeout: int = 3000
     haMaxGapNotInSync: int = 256 * 1024 * 1024
     haSlaveFallbehindMax: int = 256 * 1024 * 1024
+    # DLedger mode (MessageStoreConfig keys in Java): the commitlog is a ledger the members of dLegerPeers
+    # ("n0-host:port;n1-host:port;...") replicate as the group dLegerGroup, this broker being dLegerSelfId; its
+    # role and brokerId follow the leadership (gateway.broker.dledger), the 4.x HA replication is off.
+    # preferredLeaderId lists the members that should lead (';'-separated), enableBatchPush pushes entries to
+    # followers in batches. The rest are DLedgerConfig's own (DLEDGER_KEYS), in milliseconds where timed.
+    enableDLegerCommitLog: bool = False
+    dLegerGroup: str = ""
+    dLegerPeers: str = ""
+    dLegerSelfId: str = ""
+    preferredLeaderId: str = ""
+    enableBatchPush: bool = False
+    heartBeatTimeIntervalMs: int = _dledger_default("heartBeatTimeIntervalMs")
+    maxHeartBeatLeak: int = _dledger_default("maxHeartBeatLeak")
+    minVoteIntervalMs: int = _dledger_default("minVoteIntervalMs")
+    maxVoteIntervalMs: int = _dledger_default("maxVoteIntervalMs")
+    maxPendingRequestsNum: int = _dledger_default("maxPendingRequestsNum")
+    maxWaitAckTimeMs: int = _dledger_default("maxWaitAckTimeMs")
+    maxPushTimeOutMs: int = _dledger_default("maxPushTimeOutMs")
+    peerPushThrottlePoint: int = _dledger_default("peerPushThrottlePoint")
+    peerPushQuota: int = _dledger_default("peerPushQuota")
+    flushFileInterval: int = _dledger_default("flushFileInterval")
+    checkPointInterval: int = _dledger_default("checkPointInterval")
+    enablePushToFollower: bool = _dledger_default("enablePushToFollower")
+    maxLeadershipTransferWaitIndex: int = _dledger_default("maxLeadershipTransferWaitIndex")
+    minTakeLeadershipVoteIntervalMs: int = _dledger_default("minTakeLeadershipVoteIntervalMs")
+    maxTakeLeadershipVoteIntervalMs: int = _dledger_default("maxTakeLeadershipVoteIntervalMs")
+    leadershipTransferWaitTimeout: int = _dledger_default("leadershipTransferWaitTimeout")
+    maxBatchPushSize: int = _dledger_default("maxBatchPushSize")
 
     def __post_init__(self) -> None:
         if not self.brokerIP1:
@@ -204,6 +270,39 @@ class BrokerConfig:
     def is_sync_master(self) -> bool:
         return self.brokerRole == "SYNC_MASTER"
 
+    @property
+    def dledger_broker_id(self) -> int:
+        """The brokerId this member registers with as a slave: the number after the first character of
+        ``dLegerSelfId``, plus one (Apache's DLedgerCommitLog.getId; ``n0`` is brokerId 1)."""
+        return int(self.dLegerSelfId[1:]) + 1
+
+
+def dledger_config(broker: BrokerConfig, store: StoreConfig) -> DLedgerConfig:
+    """The DLedgerConfig of this broker's member, as Apache's DLedgerCommitLog builds it: the group, peers and
+    self id, the ledger under ``storePathRootDir/dledger-<selfId>`` in data files of ``mappedFileSizeCommitLog``
+    bytes; raises DLedgerConfigError naming the key of a value that cannot work."""
+    if not broker.dLegerGroup.strip():
+        raise DLedgerConfigError("dLegerGroup: must be set with enableDLegerCommitLog=true")
+    if not re.fullmatch(r".[0-9]{1,9}", broker.dLegerSelfId):
+        raise DLedgerConfigError(
+            f"dLegerSelfId: {broker.dLegerSelfId!r} is not a letter and a number, as n0 (the broker's id as a "
+            "slave is that number + 1)"
+        )
+    timings = {_snake(key): getattr(broker, key) for key in DLEDGER_KEYS}
+    return DLedgerConfig(
+        group=broker.dLegerGroup.strip(),
+        self_id=broker.dLegerSelfId,
+        peers=parse_peers(broker.dLegerPeers),
+        store=DLedgerStoreConfig(
+            store_base_dir=store.storePathRootDir,
+            self_id=broker.dLegerSelfId,
+            mapped_file_size_for_entry_data=store.mappedFileSizeCommitLog,
+        ),
+        preferred_leader_ids=[i.strip() for i in broker.preferredLeaderId.split(";") if i.strip()],
+        enable_batch_push=broker.enableBatchPush,
+        **timings,
+    )
+
 
 def load_broker_config(
     path: str | None = None, overrides: dict[str, str] | None = None, defaults: dict[str, str] | None = None
@@ -222,6 +321,7 @@ def load_broker_config(
         apply_properties(targets, overrides, "command line", ignore=SYSTEM_PROPERTY_PREFIXES)
     broker.__post_init__()
     _check_role(broker, store, path, overrides or {})
+    _check_dledger(broker, store, path, overrides or {})
     _check_credentials(broker, path, overrides or {})
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
@@ -252,6 +352,36 @@ def _check_credentials(broker: BrokerConfig, path: str | None, overrides: dict[s
     if not ok:
         source = "command line" if key in overrides or not path else path
         raise ConfigError(f'{source}: key {key}: not a JSON object with "accessKey" and "secretKey"')
+
+
+def _check_dledger(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:
+    """enableDLegerCommitLog: the group, peers and self id must make a member (DLedgerConfig's checks), and not
+    with controller mode (RocketMQ 5's BrokerStartup refuses both). The brokerId is -1 until DLedger elects, as
+    Apache's BrokerStartup sets it."""
+
+    def source(key: str) -> str:
+        return "command line" if key in overrides or not path else path
+
+    if not broker.enableDLegerCommitLog:
+        return
+    if broker.enableControllerMode:
+        raise ConfigError(
+            f"{source('enableDLegerCommitLog')}: key enableDLegerCommitLog: "
+            "enableControllerMode and enableDLegerCommitLog cannot both be true"
+        )
+    try:
+        dledger_config(broker, store)
+    except DLedgerConfigError as e:
+        raise dledger_config_error(e, source) from None
+    broker.brokerId = -1
+
+
+def dledger_config_error(error: DLedgerConfigError, source: Callable[[str], str]) -> ConfigError:
+    """A DLedger setting that cannot work ("dLegerPeers: ...") as a ConfigError naming the key and where it
+    was set (``source(key)``)."""
+    key, _, problem = str(error).partition(" ")
+    key = key.rstrip(":")
+    return ConfigError(f"{source(key)}: key {key}: {problem}")
 
 
 def _check_role(broker: BrokerConfig, store: StoreConfig, path: str | None, overrides: dict[str, str]) -> None:

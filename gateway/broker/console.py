@@ -16,7 +16,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
@@ -158,6 +158,7 @@ class _Page(Resource):
 def _cluster(broker: BrokerController, request: Request) -> Deferred[bytes]:
     async def render() -> bytes:
         rows: list[Sequence[Any]] = []
+        group_addrs: list[str] = []  # this broker's name's members, as the NameServer lists them
         error = ""
         for addr in broker.config.namesrv_addrs:
             try:
@@ -175,6 +176,8 @@ def _cluster(broker: BrokerController, request: Request) -> Deferred[bytes]:
                     for bid, baddr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
                         role = "master" if int(bid) == 0 else "slave"
                         rows.append((cluster, name, int(bid), role, baddr))
+                        if name == broker.config.brokerName and cluster == broker.config.brokerClusterName:
+                            group_addrs.append(baddr)
             error = ""
             break
         store = broker.store
@@ -199,9 +202,54 @@ def _cluster(broker: BrokerController, request: Request) -> Deferred[bytes]:
             + "<h2>This broker</h2>"
             + _table(("figure", "value"), this)
         )
+        if broker.dledger is not None:
+            content += "<h2>DLedger group</h2>" + await _dledger_members(broker, group_addrs)
         return _page(broker, "Cluster", content)
 
     return Deferred.fromCoroutine(render())
+
+
+_DLEDGER_COLUMNS = (
+    ("dLedgerSelfId", "member"),
+    ("dLedgerRole", "role"),
+    ("dLedgerTerm", "term"),
+    ("dLedgerLeaderId", "leader"),
+    ("dLedgerLedgerEndIndex", "ledger end index"),
+    ("dLedgerCommittedIndex", "committed index"),
+)
+
+
+async def _dledger_members(broker: BrokerController, addrs: list[str]) -> str:
+    """Each member's DLedger state: this broker's own, the others' from their GET_BROKER_RUNTIME_INFO (a member
+    the NameServer does not list, or that does not answer, is left out or says so)."""
+    assert broker.dledger is not None
+    own = broker.config.broker_addr
+    others = [addr for addr in addrs if addr != own]
+    answers = await DeferredList(
+        [
+            broker.namesrv_client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3.0)
+            for addr in others
+        ],
+        consumeErrors=True,
+    )
+    tables = [(own, broker.dledger.runtime_info())]
+    for addr, (ok, response) in zip(others, answers, strict=True):
+        try:
+            table = fastjson.loads(response.body)["table"] if ok and response.body else {}
+        except ValueError:
+            table = {}
+        tables.append((addr, table))
+    rows = []
+    for addr, table in sorted(tables, key=lambda t: str(t[1].get("dLedgerSelfId", "~"))):
+        if "dLedgerRole" not in table:
+            rows.append((addr, "did not answer", *(["-"] * (len(_DLEDGER_COLUMNS) - 1))))
+            continue
+        rows.append((addr, *(_figure(table.get(key, "")) for key, _ in _DLEDGER_COLUMNS)))
+    return _table(("address", *(name for _, name in _DLEDGER_COLUMNS)), rows)
+
+
+def _figure(text: str) -> Any:
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def _topic_link(topic: str) -> str:

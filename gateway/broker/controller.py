@@ -41,6 +41,7 @@ from gateway.tls.server import TlsServer
 from .clients import ConsumerManager, ProducerManager
 from .config import SECRET_KEYS, BrokerConfig
 from .consumer_filter import ConsumerFilterManager
+from .dledger import DLedgerRoles
 from .loadbalance import MessageRequestModeManager, TopicRouteInfoManager
 from .longpoll import PullRequestHoldService
 from .managers import ConsumerOffsetManager, SubscriptionGroupManager, TopicConfigManager
@@ -103,7 +104,12 @@ class BrokerController(service.Service):
         self.config = config
         self.store_config = store_config
         config_dir = Path(store_config.storePathRootDir) / "config"
-        self.store = DefaultMessageStore(store_config)
+        # DLedger mode: the commitlog is a DLedger ledger and the role follows its leadership.
+        self.dledger = DLedgerRoles(self) if config.enableDLegerCommitLog else None
+        if self.dledger is not None:
+            self.store = DefaultMessageStore(store_config, self.dledger.commit_log())
+        else:
+            self.store = DefaultMessageStore(store_config)
         # Config files are written off the reactor, a burst of changes at a time.
         pool = reactor.getThreadPool()
         self.topics = TopicConfigManager(
@@ -191,6 +197,11 @@ class BrokerController(service.Service):
             self.dispatcher.register_all(self.replicas.handlers())
             config.brokerRole = store_config.brokerRole = "SLAVE"
             self.registration.on_hold = True
+        if self.dledger is not None:
+            # Nothing is registered before the member has a role (Apache's brokerId is -1 until then), nor as
+            # master by a leader that has not heard from a majority lately.
+            self.registration.on_hold = True
+            self.registration.master_lease = self.dledger.holds_lease
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.flush_service: FlushService | None = None
@@ -230,7 +241,12 @@ class BrokerController(service.Service):
             self.config.listenPort = port.getHost().port
             self._listen_vip()
             self._listen_metrics()
-            self._start_ha(configured_port)
+            if self.dledger is None:
+                self._start_ha(configured_port)
+            else:
+                # DLedger replicates the commitlog: no HA service; the registered HA address is BrokerStartup's.
+                self.config.haListenPort = self.config.listenPort + 1
+                self.dledger.start()
         except BaseException:
             self._abandon_start()
             raise
@@ -241,7 +257,9 @@ class BrokerController(service.Service):
         self.clean_service = CleanService(self.store, self.reactor)
         self.clean_service.start()
         self.registration.drop_changes()
-        if self.replicas is None:
+        if self.dledger is not None:
+            self._registered = self.dledger.first_role()
+        elif self.replicas is None:
             self._apply_role()
             self._registered = self.registration.register_all()
         else:
@@ -273,6 +291,8 @@ class BrokerController(service.Service):
             self.ha_client.stop()
         if self.ha_service is not None:
             self.ha_service.stop()
+        if self.dledger is not None:
+            self.dledger.stop()
         if self.send_thread is not None:
             self.send_thread.stop()
         self.tls.stop()
@@ -298,10 +318,13 @@ class BrokerController(service.Service):
         self._role_loops.clear()
         cfg = self.config
         self.store_config.brokerRole = cfg.brokerRole
-        self.put_waiter = put_waiter(
-            self.flush_service if self.store_config.flushDiskType == "SYNC_FLUSH" else None,
-            self.ha_service if cfg.is_sync_master else None,
-        )
+        # DLedger mode: a put is answered once a majority holds its entry, with no wait of its own.
+        self.put_waiter = None
+        if self.dledger is None:
+            self.put_waiter = put_waiter(
+                self.flush_service if self.store_config.flushDiskType == "SYNC_FLUSH" else None,
+                self.ha_service if cfg.is_sync_master else None,
+            )
         if cfg.is_slave:
             self.slave_sync.start()
             return
@@ -319,13 +342,17 @@ class BrokerController(service.Service):
             self._role_loops.append(self._every(seconds, fn, now=False))
 
     def change_role(self, role: str, broker_id: int, master_addr: str | None = None) -> defer.Deferred[Any]:
-        """Controller mode: become master (``role`` ASYNC_MASTER/SYNC_MASTER, id 0) or a slave of
-        ``master_addr`` (its own controller id), and tell the NameServers at once."""
+        """Controller and DLedger modes: become master (``role`` ASYNC_MASTER/SYNC_MASTER, id 0) or a slave of
+        ``master_addr`` (its own id; the NameServers tell the master when None), and tell the NameServers at
+        once."""
         cfg = self.config
         cfg.brokerRole, cfg.brokerId = role, broker_id
         # The NameServer keys brokers by id: an entry under an id we no longer have (a master turned slave
-        # must not stay 0) goes first.
-        self.registration.unregister_other_ids(broker_id)
+        # must not stay 0) goes first. Not in DLedger mode, as Apache's changeToSlave/changeToMaster: an
+        # unregistration removes the id whatever address holds it, which may already be the new master's;
+        # the NameServer drops our old id itself when we register under the new one from the same address.
+        if self.dledger is None:
+            self.registration.unregister_other_ids(broker_id)
         self.registration.master_addr = master_addr if role == "SLAVE" else None
         self.registration.on_hold = False
         self._apply_role()
@@ -455,6 +482,8 @@ class BrokerController(service.Service):
         self._loops.clear()
         if self.replicas is not None:
             yield self.replicas.stop()
+        if self.dledger is not None:
+            yield self.dledger.stop()
         yield self.slave_sync.stop()
         if self.ha_client is not None:
             self.ha_client.stop()
@@ -544,8 +573,8 @@ class BrokerController(service.Service):
 
     def dispatch_behind(self) -> int:
         """Commitlog bytes not yet in the consume queues: a master dispatches as it appends; a slave may hold
-        the first part of a record still being replicated."""
-        if not self.config.is_slave:
+        the first part of a record still being replicated; a DLedger member dispatches what is committed."""
+        if self.dledger is None and not self.config.is_slave:
             return 0
         return max(self.store.commit_log.max_offset - self.store.replicated_whole_records_end, 0)
 

@@ -6,6 +6,12 @@ body (still compressed, if it was), flag, sysFlag, born and store hosts of the o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+
 from gateway.remoting.message import (
     MessageConst,
     MessageExt,
@@ -15,7 +21,56 @@ from gateway.remoting.message import (
     properties_to_string,
     tags_code,
 )
-from gateway.store.api import MessageExtBrokerInner, MessageStore
+from gateway.store.api import MessageExtBrokerInner, MessageStore, PutMessageResult, PutMessageStatus
+
+log = Logger()
+
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+
+
+def when_put(result: _R | Deferred[_R], then: Callable[[_R], _T]) -> _T | Deferred[_T]:
+    """``then(result)`` now, or once it is known: on a DLedger ledger a put is decided when a majority holds its
+    entry (or not), and the store returns a Deferred of it (and so does what answers from it)."""
+    if isinstance(result, Deferred):
+        return result.addCallback(then)
+    return then(result)
+
+
+def decided_now(result: PutMessageResult | Deferred[PutMessageResult]) -> PutMessageResult | None:
+    """The put's result if it is known already (always, but on a DLedger ledger before the commit), else None."""
+    if type(result) is PutMessageResult:
+        return result
+    known: list[PutMessageResult] = []
+    result.addCallback(lambda put: known.append(put) or put)  # type: ignore[union-attr]
+    return known[0] if known else None
+
+
+def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
+    """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
+    say at once whether it is stored (:func:`stored_now`)."""
+    return stored_now(store.put_message(msg), msg.topic)
+
+
+def stored_now(result: PutMessageResult | Deferred[PutMessageResult], topic: str) -> PutMessageResult:
+    """A put of the broker's own, as stored or not now. On a DLedger ledger an entry this leader appended counts
+    as stored before a majority holds it (Apache waits for the commit on a thread; the reactor cannot): a failed
+    commit is logged, and a new leader takes the delivery offsets its slave synced, a little behind, so it
+    delivers again."""
+    now = decided_now(result)
+    if now is not None:
+        return now
+    result.addCallback(_log_uncommitted, topic)  # type: ignore[union-attr]
+    return PutMessageResult(PutMessageStatus.PUT_OK)
+
+
+def _log_uncommitted(result: PutMessageResult, topic: str) -> None:
+    if not result.ok:
+        log.warn(
+            "the broker's own put to {topic} was appended but not committed: {status}",
+            topic=topic,
+            status=result.status.name,
+        )
 
 
 def look_message(store: MessageStore, phy_offset: int) -> MessageExt | None:

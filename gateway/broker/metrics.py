@@ -94,6 +94,15 @@ class BrokerCollector:
             yield prometheus.gauge(
                 base, "rocketmq_ha_slave_fall_behind_bytes", "Bytes the furthest slave lags behind", lag_bytes
             )
+        if broker.dledger is not None:
+            ms = broker.dledger.server.member_state
+            yield prometheus.gauge(base, "rocketmq_dledger_term", "This DLedger member's term", ms.term)
+            yield prometheus.gauge(
+                base,
+                "rocketmq_dledger_commit_lag",
+                "Ledger entries this DLedger member holds that are not committed yet (ledger end - committed index)",
+                max(ms.ledger_end_index - ms.committed_index, 0),
+            )
         yield from self._consumer_lag(base, values, labels)
         yield from self._pop(base, values)
 

@@ -12,6 +12,7 @@ the next full registration after changes carries a new data version and every Na
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,8 @@ class BrokerRegistration:
         self.registered_ids: set[int] = set()
         # Controller mode: nothing is registered before the controller has said who is master.
         self.on_hold = False
+        # DLedger mode: whether this master may still register as brokerId 0 (DLedgerRoles.holds_lease).
+        self.master_lease: Callable[[], bool] | None = None
         # Whether a NameServer has accepted a registration yet, and who waits for that (the ready line).
         self.accepted = False
         self._accepted_waiters: list[defer.Deferred[None]] = []
@@ -132,7 +135,9 @@ class BrokerRegistration:
         return self._register(TopicConfigSerializeWrapper(changed, topics.data_version))
 
     def _may_register(self) -> bool:
-        return bool(self.broker.config.namesrv_addrs) and not self.on_hold
+        if not self.broker.config.namesrv_addrs or self.on_hold:
+            return False
+        return self.broker.config.brokerId != 0 or self.master_lease is None or self.master_lease()
 
     def _need_register(self) -> defer.Deferred[bool]:
         """QUERY_DATA_VERSION to every NameServer: True if any holds another data version or fails to answer.

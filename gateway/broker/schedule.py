@@ -27,7 +27,7 @@ from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
 
-from .inner import inner_from_ext, look_message
+from .inner import inner_from_ext, look_message, put_now
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -193,7 +193,7 @@ class ScheduleMessageService:
             log.error("delayed message {id} has no deliverable real topic ({topic})", id=ext.msg_id, topic=topic)
             return True
         inner = inner_from_ext(ext, topic, int_property(props.get(MessageConst.REAL_QUEUE_ID)), props)
-        result = self.broker.store.put_message(inner)
+        result = put_now(self.broker.store, inner)
         if not result.ok:
             log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok

@@ -36,7 +36,7 @@ from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
 from gateway.store.message_store import TIMER_TOPIC
 
-from .inner import inner_from_ext, look_message
+from .inner import inner_from_ext, look_message, put_now
 from .schedule import int_property
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class TimerMessageService:
             log.error("timer message {id} has no real topic", id=ext.msg_id)
             return True
         props[MessageConst.TIMER_DEQUEUE_MS] = str(now)
-        result = self.broker.store.put_message(inner_from_ext(ext, topic, queue_id, props))
+        result = put_now(self.broker.store, inner_from_ext(ext, topic, queue_id, props))
         if not result.ok:
             log.warn("timer message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok

@@ -23,7 +23,7 @@ from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import GetMessageStatus
 from gateway.store.commit_log import now_ms
 
-from ..inner import inner_from_ext
+from ..inner import inner_from_ext, put_now
 from .records import (
     ACK_TAG,
     ACK_TIME_INTERVAL,
@@ -223,7 +223,7 @@ class PopReviveService:
         msg = inner_from_ext(ext, topic, 0, props, reconsume_times=ext.reconsume_times + 1)
         msg.born_host = msg.store_host = broker.store_host
         self.pop.add_retry_topic_if_not_exist(topic, ck.cid)
-        result = broker.store.put_message(msg)
+        result = put_now(broker.store, msg)
         self.pop.revive_retry[(ck.cid, ck.topic, result.status.name)] += 1
         if not result.ok:
             log.error(

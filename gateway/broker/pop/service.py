@@ -14,6 +14,7 @@ from gateway.remoting.message import MessageConst, properties_to_string, tags_co
 from gateway.store.api import MessageExtBrokerInner
 from gateway.store.commit_log import now_ms
 
+from ..inner import put_now
 from .inflight import PopInflightCounter
 from .records import ACK_TIME_INTERVAL, CK_TAG, RETRY_QUEUE_NUM, AckMsg, PopCheckPoint, revive_topic
 
@@ -97,7 +98,7 @@ class PopService:
         if refused is not None:
             log.error("pop: {what} not stored: {remark}", what=what, remark=refused)
             return False
-        result = broker.store.put_message(msg)
+        result = put_now(broker.store, msg)
         self.revive_put[(group, topic, kind, result.status.name)] += 1
         if not result.ok:
             log.error("pop: {what} not stored: {status}", what=what, status=result.status.name)

@@ -42,8 +42,9 @@ from gateway.remoting.names import (
     TRANS_OP_HALF_TOPIC,
     is_system_topic,
 )
+from gateway.store.api import PutMessageResult
 
-from ..inner import inner_from_ext, look_message
+from ..inner import inner_from_ext, look_message, when_put
 from ..stats import GROUP_GET_NUMS
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ log = Logger()
 _PERM_ALL = PermName.PERM_PRIORITY | PermName.PERM_READ | PermName.PERM_WRITE | PermName.PERM_INHERIT
 # How long heavy admin work may hold the reactor before other connections get their turn.
 _SLICE_SECONDS = 0.002
-_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please do it from master broker"
+# AdminBrokerProcessor.validateSlave's words (4.9.8 and 5.x).
+_SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 
 
 class AdminBrokerProcessor:
@@ -204,7 +206,7 @@ class AdminBrokerProcessor:
 
     # -- transactions
 
-    def resume_check_half_message(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def resume_check_half_message(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """Put a half message (by offsetMsgId) back with its check count at 0, so the broker checks it again
         (mqadmin resumeCheckHalfMessage)."""
         h = ResumeCheckHalfMessageRequestHeader.decode(request.ext_fields)
@@ -220,7 +222,11 @@ class AdminBrokerProcessor:
             )
         props = dict(ext.properties)
         props[MessageConst.TRANSACTION_CHECK_TIMES] = "0"
-        result = self.broker.store.put_message(inner_from_ext(ext, TRANS_HALF_TOPIC, 0, props))
+        put = self.broker.store.put_message(inner_from_ext(ext, TRANS_HALF_TOPIC, 0, props))
+        return when_put(put, lambda result: self._put_back(request, result, props))
+
+    @staticmethod
+    def _put_back(request: RemotingCommand, result: PutMessageResult, props: dict[str, str]) -> RemotingCommand:
         if not result.ok:
             log.error("Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
             return request.response(ResponseCode.SYSTEM_ERROR, "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
@@ -339,6 +345,8 @@ class AdminBrokerProcessor:
         for level, offset in sorted(broker.schedule.offset_table.items()):
             end = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
             table[f"scheduleMessageOffset_{level}"] = f"{offset},{end}"
+        if broker.dledger is not None:
+            table.update(broker.dledger.runtime_info())
         return request.response(body=fastjson.dumps(KVTable(table)))
 
     def get_topic_stats_info(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -17,7 +18,7 @@ from gateway.remoting.headers import EndTransactionRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag
 from gateway.store.config import SLAVE
 
-from ..inner import inner_from_ext, look_message
+from ..inner import inner_from_ext, look_message, when_put
 from ..schedule import handle_schedule_message, int_property
 from .send import put_result_response
 
@@ -38,7 +39,7 @@ class EndTransactionProcessor:
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.END_TRANSACTION: self.process}
 
-    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | None:
+    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand | Deferred[Any] | None:
         broker = self.broker
         if broker.store_config.brokerRole == SLAVE:
             return request.response(ResponseCode.SLAVE_NOT_AVAILABLE)
@@ -59,16 +60,23 @@ class EndTransactionProcessor:
         remark = _check_prepare_message(half, header)
         if remark is not None:
             return request.response(ResponseCode.SYSTEM_ERROR, remark)
-        if kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
-            response = self._commit(request, half, header)
-            if response.code != ResponseCode.SUCCESS:
-                return response
-        broker.transactions.delete_prepare_message(half)
+        if kind != MessageSysFlag.TRANSACTION_COMMIT_TYPE:
+            return self._resolved(request, half)
+        # On a DLedger ledger the commit's put is decided once a majority holds it.
+        return when_put(self._commit(request, half, header), lambda response: self._resolved(request, half, response))
+
+    def _resolved(
+        self, request: RemotingCommand, half: MessageExt, committed: RemotingCommand | None = None
+    ) -> RemotingCommand:
+        """The half message is done with, unless its commit failed (``committed``: the commit's answer)."""
+        if committed is not None and committed.code != ResponseCode.SUCCESS:
+            return committed
+        self.broker.transactions.delete_prepare_message(half)
         return request.response(ResponseCode.SUCCESS)
 
     def _commit(
         self, request: RemotingCommand, half: MessageExt, header: EndTransactionRequestHeader
-    ) -> RemotingCommand:
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         """Store the message in its real topic (endMessageTransaction + sendFinalMessage)."""
         props = dict(half.properties)
         topic = props.pop(MessageConst.REAL_TOPIC, "")

@@ -16,10 +16,11 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import RecallMessageRequestHeader
 from gateway.remoting.message import MessageConst, properties_to_string, tags_code
 from gateway.remoting.recall_handle import InvalidRecallHandle, RecallHandle, timer_delete_key
-from gateway.store.api import MessageExtBrokerInner
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult
 from gateway.store.config import SLAVE
 from gateway.store.message_store import TIMER_TOPIC
 
+from ..inner import when_put
 from ..schedule import handle_schedule_message
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class RecallMessageProcessor:
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.RECALL_MESSAGE: self.process}
 
-    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> RemotingCommand:
+    def process(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         broker = self.broker
         cfg = broker.config
         ext = {MessageConst.MSG_REGION: cfg.regionId}
@@ -74,7 +75,12 @@ class RecallMessageProcessor:
         # Parked in the timer, or not at all: a marker must never reach the topic itself.
         if handle_schedule_message(broker, msg, props) is not None or msg.topic != TIMER_TOPIC:
             return request.response(ResponseCode.ILLEGAL_OPERATION, "recall failed, timestamp invalid", ext)
-        result = broker.store.put_message(msg)
+        return when_put(broker.store.put_message(msg), lambda result: self._answer(request, result, handle, ext))
+
+    @staticmethod
+    def _answer(
+        request: RemotingCommand, result: PutMessageResult, handle: RecallHandle, ext: dict[str, str]
+    ) -> RemotingCommand:
         if not result.ok:
             return request.response(ResponseCode.SYSTEM_ERROR, "recall failed, execute error", ext)
         ext["msgId"] = handle.message_id

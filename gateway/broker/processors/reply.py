@@ -18,7 +18,9 @@ from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import ReplyMessageRequestHeader, SendMessageRequestHeader
 from gateway.remoting.message import MessageConst, properties_to_string, string_to_properties, tags_code
-from gateway.store.api import MessageExtBrokerInner
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult
+
+from ..inner import when_put
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -53,7 +55,7 @@ class ReplyMessageProcessor:
         props = string_to_properties(header.properties)
         pushed = self._push_reply_message(channel, header, props, request.body)
 
-        def answer(failure: str | None) -> RemotingCommand:
+        def answer(failure: str | None) -> RemotingCommand | Deferred[RemotingCommand]:
             if failure is None:
                 ext.update(msgId="0", queueId=str(queue_id), queueOffset="0")  # zeros keep the client's decoder happy
             if broker.config.storeReplyMessageEnable:
@@ -70,11 +72,14 @@ class ReplyMessageProcessor:
                     store_host=broker.store_host,
                     reconsume_times=header.reconsume_times or 0,
                 )
-                result = broker.store.put_message(msg)
-                if result.ok and result.append is not None:
-                    ext.update(
-                        msgId=result.append.msg_id, queueId=str(queue_id), queueOffset=str(result.append.logics_offset)
-                    )
+                return when_put(broker.store.put_message(msg), lambda result: respond(failure, result))
+            return respond(failure)
+
+        def respond(failure: str | None, result: PutMessageResult | None = None) -> RemotingCommand:
+            if result is not None and result.ok and result.append is not None:
+                ext.update(
+                    msgId=result.append.msg_id, queueId=str(queue_id), queueOffset=str(result.append.logics_offset)
+                )
             if failure is not None:
                 return request.response(ResponseCode.SYSTEM_ERROR, failure, ext)
             return request.response(ResponseCode.SUCCESS, None, ext)

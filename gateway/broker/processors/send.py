@@ -7,7 +7,9 @@ reconsume times go to the dead-letter queue.
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +41,7 @@ from gateway.remoting.recall_handle import RecallHandle
 from gateway.store.api import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from gateway.store.message_store import TIMER_TOPIC
 
-from ..inner import inner_from_ext, look_message
+from ..inner import inner_from_ext, look_message, when_put
 from ..managers import retry_topic
 from ..schedule import handle_schedule_message
 
@@ -82,7 +84,7 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         ResponseCode.SERVICE_NOT_AVAILABLE,
         "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
         "messages are put to the slave, message store has been shut down, etc.",
-    ),
+    ),  # a send's answer names the disks' use too (_service_not_available)
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR,
         "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
@@ -283,21 +285,24 @@ class SendMessageProcessor:
             if remark is not None:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, remark, ext)
             result = broker.store.put_message(msg)
-            if result.ok and msg.topic == TIMER_TOPIC:
-                self._attach_recall_handle(props, ext)
+            if msg.topic == TIMER_TOPIC:
+                result = when_put(result, lambda stored: self._attach_recall_handle(stored, props, ext))
         # The answer names the requested queue even when the message is parked in a system queue.
         return self._respond(request, result, msg.topic, queue_id, ext, wait_store_msg_ok(header.properties))
 
-    def _attach_recall_handle(self, props: dict[str, str], ext: dict[str, str]) -> None:
+    def _attach_recall_handle(
+        self, result: PutMessageResult, props: dict[str, str], ext: dict[str, str]
+    ) -> PutMessageResult:
         """attachRecallHandle: a parked timer message's answer carries the handle that can withdraw it (not a
-        retry's: those are the broker's own)."""
+        retry's: those are the broker's own); ``result`` is the put's, passed on."""
         real_topic = props.get(MessageConst.REAL_TOPIC)
         unique_id = props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        if real_topic is None or unique_id is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return
+        if not result.ok or real_topic is None or unique_id is None or real_topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return result
         # One past the delivery time, as Apache's (its timer wheel slots are floored).
         timestamp = str(int(props[MessageConst.TIMER_OUT_MS]) + 1)
         ext["recallHandle"] = RecallHandle(real_topic, self.broker.config.brokerName, timestamp, unique_id).encode()
+        return result
 
     def consumer_send_msg_back(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
         """A consumer gives a message back: it comes again later through %RETRY%<group> (delay level
@@ -404,14 +409,19 @@ class SendMessageProcessor:
     def _respond(
         self,
         request: RemotingCommand,
-        result: PutMessageResult,
+        result: PutMessageResult | Deferred[PutMessageResult],
         topic: str,
         queue_id: int,
         ext: dict[str, str],
         wait_stored: bool,
-    ) -> RemotingCommand | LaterResponse:
+    ) -> RemotingCommand | LaterResponse | Deferred[Any]:
+        if type(result) is not PutMessageResult:
+            # DLedger mode: answered once a majority holds the entry, with what DLedgerCommitLog made of it.
+            return result.addCallback(lambda put: self._respond(request, put, topic, queue_id, ext, wait_stored))
         append = result.append
         if result.status is not _PUT_OK or append is None:
+            if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
+                return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _service_not_available(self.broker), ext)
             return request.response(*_status_code(result.status), ext)
         self.broker.message_counts.put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
@@ -432,8 +442,45 @@ class SendMessageProcessor:
         return later
 
 
-def put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
-    """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code."""
+def _service_not_available(broker: BrokerController) -> str:
+    """What a send the store refuses (a slave, a full disk, a store shut down) is answered, as 4.9.8's
+    handlePutMessageResult words it, with diskUtil: the used share of the commitlog's (the DLedger ledger's data
+    files'), the consume queues' and the index's partitions."""
+    root = broker.store_config.storePathRootDir
+    physic = broker.dledger.data_path if broker.dledger is not None else broker.store_config.commit_log_path
+    cl, cq, index = (
+        _disk_used(path) for path in (physic, os.path.join(root, "consumequeue"), os.path.join(root, "index"))
+    )
+    return (
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full "
+        f"[CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {index:5.2f}], messages are put to the slave, message store has been "
+        "shut down, etc."
+    )
+
+
+def _disk_used(path: str) -> float:
+    """``UtilAll.getDiskPartitionSpaceUsedPercent``: the partition's used share, rounded up to a whole percent
+    (-1 for a path that does not exist)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return -1.0
+    entire = usage.used + usage.free  # Java: (total - free) + usable
+    if usage.total <= 0 or entire <= 0:
+        return -1.0
+    percent = -(-usage.used * 100 // entire)
+    return percent / 100.0
+
+
+def put_result_response(
+    request: RemotingCommand, result: PutMessageResult | Deferred[PutMessageResult]
+) -> RemotingCommand | Deferred[RemotingCommand]:
+    """SUCCESS when the message is stored (flush and slave timeouts included), else the status's code; once
+    the put is decided on a DLedger ledger."""
+    return when_put(result, lambda stored: _put_result_response(request, stored))
+
+
+def _put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
     if result.ok:
         return request.response(ResponseCode.SUCCESS)
     code, remark = _status_code(result.status)

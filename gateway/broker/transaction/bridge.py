@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
+
 from gateway.remoting.codes import PermName
 from gateway.remoting.message import (
     MessageConst,
@@ -24,7 +26,7 @@ from gateway.remoting.message import (
 from gateway.remoting.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from gateway.store.api import GetMessageStatus, MessageExtBrokerInner, PutMessageResult
 
-from ..inner import inner_from_ext
+from ..inner import inner_from_ext, put_now
 
 if TYPE_CHECKING:
     from ..controller import BrokerController
@@ -85,10 +87,13 @@ class TransactionalMessageBridge:
             born_host=broker.store_host,
             store_host=broker.store_host,
         )
-        return broker.store.put_message(op).ok
+        return put_now(broker.store, op).ok
 
-    def renew_half_message(self, half: MessageExt, immunity: bool = False) -> PutMessageResult:
-        """Append ``half`` (with its current properties) again to its half queue (renew[Immunity]HalfMessageInner).
+    def renew_half_message(
+        self, half: MessageExt, immunity: bool = False
+    ) -> PutMessageResult | Deferred[PutMessageResult]:
+        """Append ``half`` (with its current properties) again to its half queue (renew[Immunity]HalfMessageInner);
+        on a DLedger ledger the result comes once the copy is committed (or not).
 
         For an immunity renewal ``TRAN_PREPARED_QUEUE_OFFSET`` keeps pointing at the first copy's offset.
         """

@@ -20,8 +20,9 @@ from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import CheckTransactionStateRequestHeader
 from gateway.remoting.message import MessageConst, MessageExt, encode_record, properties_to_string
 from gateway.remoting.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from gateway.store.api import PutMessageResult
 
-from ..inner import inner_from_ext, packed_host
+from ..inner import decided_now, inner_from_ext, packed_host, put_now, stored_now
 from .bridge import REMOVE_TAG, QueueRead, TransactionalMessageBridge
 
 if TYPE_CHECKING:
@@ -112,7 +113,6 @@ class TransactionalMessageService:
                 ):
                     if not self._put_back_half_msg_queue(half):
                         break  # the store refuses writes: try again on the next pass
-                    self._resolve_half_msg(half)
                 else:
                     # The op queue may yet say this half is done: read further before deciding.
                     op_read = self._fill_op_remove_map(
@@ -174,17 +174,26 @@ class TransactionalMessageService:
             if first in remove_map:
                 done_op.append(remove_map.pop(first))
                 return True
-        return self.bridge.renew_half_message(half, immunity=True).ok
+        return stored_now(self.bridge.renew_half_message(half, immunity=True), half.topic).ok
 
     def _put_back_half_msg_queue(self, half: MessageExt) -> bool:
-        """Append ``half`` again; ``half`` then names the new copy (offsets and id)."""
-        result = self.bridge.renew_half_message(half)
+        """Append ``half`` again, then check it back with its producer as the new copy (offsets and id); on a
+        DLedger ledger once the copy is committed. False when the store refuses the copy at once."""
+        put = self.bridge.renew_half_message(half)
+        result = decided_now(put)
+        if result is None:
+            put.addCallback(self._check_back_copy, half)  # type: ignore[union-attr]
+            return True
+        return self._check_back_copy(result, half)
+
+    def _check_back_copy(self, result: PutMessageResult, half: MessageExt) -> bool:
         if not result.ok or result.append is None:
             log.error("half message {id} not put back: {status}", id=half.msg_id, status=result.status)
             return False
         half.queue_offset = result.append.logics_offset
         half.commitlog_offset = result.append.wrote_offset
         half.msg_id = result.append.msg_id
+        self._resolve_half_msg(half)
         return True
 
     def _resolve_half_msg(self, half: MessageExt) -> None:
@@ -236,6 +245,6 @@ class TransactionalMessageService:
             TRANS_CHECK_MAX_TIME_TOPIC, 1, PermName.PERM_READ | PermName.PERM_WRITE
         )
         inner = inner_from_ext(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties))
-        result = self.broker.store.put_message(inner)
+        result = put_now(self.broker.store, inner)
         if not result.ok:
             log.error("half message {id} not moved: {status}", id=half.msg_id, status=result.status)

@@ -1,0 +1,147 @@
+"""Issue 27 item 4 in one process: a broker whose commitlog is a one-member DLedger group (it elects itself)
+takes every kind of put through the ledger, each answered once its entry is committed: plain, batch, delayed
+(delivered by the master's schedule service), transactional (half message, then END_TRANSACTION commit) and a
+consumer's send-back; the records sit at their entry's position + 48."""
+
+from __future__ import annotations
+
+import time
+
+import pytest_twisted
+
+from compat_tests.servers import free_port
+from gateway.remoting import fastjson
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader
+from gateway.remoting.message import decode_offset_message_id, encode_batch
+
+from .conftest import BrokerUnderTest, sleep
+from .test_broker_server import create_topic, send, send_header
+from .test_schedule import FAST_LEVELS, pull_all, wait_for
+from .test_transaction import COMMIT, TransactionalProducer
+
+
+def dledger_broker(make_broker) -> BrokerUnderTest:
+    return make_broker(
+        enableDLegerCommitLog="true",
+        dLegerGroup="broker-a",
+        dLegerPeers=f"n0-127.0.0.1:{free_port()}",
+        dLegerSelfId="n0",
+        minVoteIntervalMs="50",
+        maxVoteIntervalMs="100",
+        messageDelayLevel=FAST_LEVELS,
+    )
+
+
+async def until_master(broker: BrokerUnderTest, timeout: float = 10.0) -> None:
+    controller = broker.controller
+    assert controller is not None
+    deadline = time.monotonic() + timeout
+    while (controller.config.brokerId, controller.config.brokerRole) != (0, "SYNC_MASTER"):
+        assert time.monotonic() < deadline, "the member did not become the master"
+        await sleep(0.05)
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_put_goes_through_the_ledger(make_broker) -> None:
+    broker = dledger_broker(make_broker)
+    controller = broker.start()
+    producer = TransactionalProducer()
+    try:
+        await until_master(broker)
+        ledger = controller.dledger.ledger
+        await create_topic(broker, "DL", 2)
+
+        resp = await send(broker, "DL", b"plain", {"KEYS": "k1"}, queue_id=1)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert resp.ext_fields["queueOffset"] == "0"
+        entry = ledger.get(ledger.ledger_end_index)
+        # The record's physical offset is its entry's position + 48 (DLedgerCommitLog's append hook).
+        assert decode_offset_message_id(resp.ext_fields["msgId"])[1] == entry.pos + 48
+        assert ledger.committed_index == ledger.ledger_end_index
+
+        batch = encode_batch([(0, b"b1", ""), (0, b"b2", "")])
+        req = RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, send_header("DL", {}, 1, batch=True), batch)
+        resp = await broker.call(req)
+        assert (resp.code, resp.ext_fields["queueOffset"]) == (ResponseCode.SUCCESS, "1"), resp.remark
+        assert [m.body for m in await pull_all(broker, "DL", 1)] == [b"plain", b"b1", b"b2"]
+
+        # Delayed: parked in SCHEDULE_TOPIC_XXXX, then delivered by the master's schedule service.
+        resp = await send(broker, "DL", b"later", {"DELAY": "1"}, queue_id=0)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert [m.body for m in await wait_for(broker, "DL", 1, queue_id=0)] == [b"later"]
+
+        # Transactional: the half message, then its commit, both through the ledger.
+        await producer.register(broker)
+        half = await producer.send_half(broker, "DL", b"tx", "U1")
+        assert (await producer.end(broker, half, COMMIT)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await wait_for(broker, "DL", 4, queue_id=1)][-1] == b"tx"
+
+        # A consumer's send-back goes to the group's retry topic (delay level 3 + reconsume times).
+        (plain,) = [m for m in await pull_all(broker, "DL", 1) if m.body == b"plain"]
+        header = ConsumerSendMsgBackRequestHeader(offset=plain.commitlog_offset, group="cg", delay_level=-1)
+        resp = await broker.call(RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.encode()))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert [m.body for m in await wait_for(broker, "%DLQ%cg", 1)] == [b"plain"]
+
+        info = await broker.call(RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        table = fastjson.loads(info.body)["table"]
+        assert (table["dLedgerRole"], table["dLedgerLeaderId"], table["dLedgerSelfId"]) == ("LEADER", "n0", "n0")
+        assert table["dLedgerCommittedIndex"] == table["dLedgerLedgerEndIndex"] == str(ledger.ledger_end_index)
+    finally:
+        await producer.client.close()
+        await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) -> None:
+    """Three members in this process: commits come from the followers' acks, later than the puts, so the master's
+    own re-puts (delay delivery, a transaction check-back's copy of the half message) are decided afterwards."""
+    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    members = [
+        BrokerUnderTest(
+            tmp_path / f"n{i}",
+            remoting,
+            enableDLegerCommitLog="true",
+            dLegerGroup="broker-a",
+            dLegerPeers=peers,
+            dLegerSelfId=f"n{i}",
+            heartBeatTimeIntervalMs="200",
+            minVoteIntervalMs="50",
+            maxVoteIntervalMs="150",
+            messageDelayLevel=FAST_LEVELS,
+            transactionCheckInterval="200",
+            transactionTimeOut="600",
+        )
+        for i in range(3)
+    ]
+    producer = TransactionalProducer()
+    try:
+        for member in members:
+            member.start()
+        deadline = time.monotonic() + 10
+        while not (masters := [m for m in members if m.controller.config.brokerId == 0]):
+            assert time.monotonic() < deadline, "no master"
+            await sleep(0.05)
+        (broker,) = masters
+        await create_topic(broker, "DL3", 2)
+        resp = await send(broker, "DL3", b"later", {"DELAY": "1"}, queue_id=0)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert [m.body for m in await wait_for(broker, "DL3", 1, queue_id=0)] == [b"later"]
+        # A half message nobody resolves is copied and checked back under the copy's offsets.
+        await producer.register(broker)
+        pending = await producer.send_half(broker, "DL3", b"pending", "P1")
+        while not producer.checks:
+            assert time.monotonic() < deadline + 10, "no check-back"
+            await sleep(0.05)
+        header, msg = producer.checks[0]
+        assert msg.body == b"pending" and header.tran_state_table_offset > int(pending["queueOffset"])
+        assert decode_offset_message_id(header.offset_msg_id)[1] == header.commit_log_offset
+        answer = {"msgId": header.offset_msg_id, "queueOffset": str(header.tran_state_table_offset)}
+        assert (await producer.end(broker, answer, COMMIT, check=True)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await wait_for(broker, "DL3", 1, queue_id=1)] == [b"pending"]
+    finally:
+        await producer.client.close()
+        for member in members:
+            await member.stop()

@@ -1,0 +1,420 @@
+"""Issue 27 items 4 and 5: three of our brokers as one DLedger group with our NameServer, all real processes.
+
+The leader registers as master (brokerId 0), the others as slaves with their self id's number + 1; a send to
+the master is acknowledged once a majority holds it and is read back, a follower refuses sends as an Apache
+slave does; GET_BROKER_RUNTIME_INFO shows each member's role, term and indexes; when the leader is SIGKILLed a
+new master is in the route within the election timeout and sends resume there, the acknowledged messages kept.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import pytest
+
+from compat_tests.servers import call, create_topic_request, free_broker_port, free_port
+from gateway.client import blocking
+from gateway.client.producer import build_message
+from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
+from gateway.dledger.protocol import LeadershipTransferRequest, LeadershipTransferResponse
+from gateway.remoting import fastjson
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.message import decode_records
+from tests.broker.test_broker_server import pull_request, send_header
+from tests.ha.procs import Proc, Producer, bodies, until, write_properties
+from tests.namesrv.support import route_request
+
+GROUP = "broker-a"
+TOPIC = "DLedgerTopic"
+QUEUES = 4
+HEARTBEAT_MS = 400
+MAX_HEARTBEAT_LEAK = 3
+MAX_VOTE_INTERVAL_MS = 300
+# A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
+# the rest is for a loaded machine (two cores shared by many).
+FAST_TIMINGS = {
+    "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
+    "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
+    "minVoteIntervalMs": "100",
+    "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
+}
+ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
+# SendMessageProcessor.handlePutMessageResult's words, with diskUtil's "CL: %5.2f CQ: %5.2f INDEX: %5.2f".
+SLAVE_REFUSAL = re.compile(
+    r"service not available now\. It may be caused by one of the following reasons: the broker's disk is full "
+    r"\[CL: +-?\d\.\d\d CQ: +-?\d\.\d\d INDEX: +-?\d\.\d\d\], messages are put to the slave, message store has "
+    r"been shut down, etc\."
+)
+
+
+class Group:
+    """Our NameServer and three brokers of one DLedger group, as processes under ``root``."""
+
+    def __init__(self, root: Path, apache: Collection[str] = (), timings: dict[str, str] | None = None, **extra: str):
+        """``apache``: the members that run Apache 4.9.8's broker (ROCKETMQ_BROKER_CLASSPATH); ``timings``:
+        DLedger's for ours (short by default; Apache's broker keeps DLedger's defaults); ``extra``: more lines
+        for every member."""
+        self.root = root
+        self.apache = set(apache)
+        self.timings = FAST_TIMINGS if timings is None else timings
+        self.extra = extra
+        self.procs: list[Proc] = []
+        self.namesrv = ""
+        self.brokers: dict[str, str] = {}  # self id → broker address
+        self.peers: dict[str, str] = {}  # self id → DLedger address
+        self.members: dict[str, Proc] = {}
+        self.metrics: dict[str, int] = {}  # self id → /metrics port
+
+    def start(self) -> Group:
+        port = free_port()
+        conf = write_properties(
+            self.root / "namesrv.properties",
+            {"listenPort": str(port), "bindAddress": "127.0.0.1", "kvConfigPath": str(self.root / "kv.json")},
+        )
+        self.procs.append(Proc("gateway.namesrv", conf, self.root))
+        self.namesrv = f"127.0.0.1:{port}"
+        ids = ["n0", "n1", "n2"]
+        self.peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
+        peers = ";".join(f"{i}-{addr}" for i, addr in self.peers.items())
+        for i in ids:
+            port = free_broker_port()
+            self.metrics[i] = free_port()
+            props = {
+                "brokerClusterName": "DefaultCluster",
+                "brokerName": GROUP,
+                "brokerIP1": "127.0.0.1",
+                "bindAddress": "127.0.0.1",
+                "listenPort": str(port),
+                "namesrvAddr": self.namesrv,
+                "storePathRootDir": str(self.root / i),
+                "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+                "metricsExporterType": "PROM",
+                "metricsPromExporterHost": "127.0.0.1",
+                "metricsPromExporterPort": str(self.metrics[i]),
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": GROUP,
+                "dLegerPeers": peers,
+                "dLegerSelfId": i,
+                **self.timings,
+                **self.extra,
+            }
+            conf = self.root / f"broker-{i}.conf"
+            if i in self.apache:
+                from compat_tests.apache_broker import apache_broker_argv
+
+                home = self.root / f"home-{i}"
+                write_properties(conf, props | {"rocketmqHome": str(home)})
+                proc = Proc("", conf, self.root, apache_broker_argv(conf, home))
+            else:
+                proc = Proc("gateway.broker", write_properties(conf, props), self.root)
+            self.procs.append(proc)
+            self.members[i] = proc
+            self.brokers[i] = f"127.0.0.1:{port}"
+        return self
+
+    def route(self) -> dict[int, str]:
+        """The group's brokerAddrs as the NameServer routes TOPIC (id → address); empty until routed."""
+        resp = call(self.namesrv, route_request(TOPIC), 3)
+        if resp.code != ResponseCode.SUCCESS:
+            return {}
+        for data in fastjson.loads(resp.body)["brokerDatas"]:
+            if data["brokerName"] == GROUP:
+                return {int(k): v for k, v in data["brokerAddrs"].items()}
+        return {}
+
+    @staticmethod
+    def dledger_id(self_id: str) -> int:
+        """The brokerId a member registers with as a slave."""
+        return int(self_id[1:]) + 1
+
+    def member_at(self, addr: str) -> str:
+        return next(i for i, a in self.brokers.items() if a == addr)
+
+    def restart(self, self_id: str) -> None:
+        """Start a member again with its configuration and store (after a kill)."""
+        proc = Proc("gateway.broker", self.root / f"broker-{self_id}.conf", self.root)
+        self.procs.append(proc)
+        self.members[self_id] = proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[Group]:
+    g = Group(tmp_path)
+    try:
+        yield g.start()
+    finally:
+        g.stop()
+
+
+def send(addr: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
+    req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(TOPIC, {}, queue_id), body)
+    return call(addr, req, 10)
+
+
+def runtime_info(addr: str) -> dict[str, str]:
+    resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 5)
+    assert resp.code == ResponseCode.SUCCESS
+    return fastjson.loads(resp.body)["table"]
+
+
+def settled_route(group: Group, live: set[str]) -> dict[int, str]:
+    """The route once it holds a master and every live member as a slave under its own id."""
+
+    def settled() -> dict[int, str] | None:
+        route = group.route()
+        if 0 not in route or set(route.values()) != {group.brokers[i] for i in live}:
+            return None
+        master = group.member_at(route[0])
+        slaves = {int(i[1:]) + 1: group.brokers[i] for i in live if i != master}
+        return route if {k: v for k, v in route.items() if k} == slaves else None
+
+    return until(settled, 30, "a master and its slaves in the route")
+
+
+def create_topic(master: str) -> None:
+    header = {
+        "topic": TOPIC,
+        "defaultTopic": "TBW102",
+        "readQueueNums": str(QUEUES),
+        "writeQueueNums": str(QUEUES),
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+    }
+    resp = call(master, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), 5)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+
+
+def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
+    create_topic_once = until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    assert create_topic_once
+    route = settled_route(group, {"n0", "n1", "n2"})
+    master = route[0]
+    leader = group.member_at(master)
+    followers = [i for i in group.brokers if i != leader]
+
+    # Sends to the master are acknowledged once a majority holds them; the Python client finds it by route.
+    for n in range(8):
+        resp = send(master, b"before-%d" % n, n % QUEUES)
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    with blocking.Producer("dledger-pg", group.namesrv) as producer:
+        result = producer.send(build_message(TOPIC, b"from-the-client"))
+    assert result.queue.broker_name == GROUP
+    acked = {b"before-%d" % n for n in range(8)} | {b"from-the-client"}
+    assert set(bodies(master, TOPIC, QUEUES)) == acked
+
+    # A follower refuses a send as an Apache slave does, and serves pulls of what is committed.
+    resp = send(group.brokers[followers[0]], b"to-a-follower")
+    assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and SLAVE_REFUSAL.fullmatch(resp.remark), resp.remark
+    until(lambda: set(bodies(group.brokers[followers[0]], TOPIC, QUEUES)) == acked, 10, "the follower dispatched")
+    # ... and refuses to create a topic, as Apache's follower does (AdminBrokerProcessor.validateSlave).
+    created = call(group.brokers[followers[0]], create_topic_request("Elsewhere"), 5)
+    assert (created.code, created.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "Can't modify topic or subscription group from slave broker, please execute it from master broker.",
+    )
+
+    # Operators see each member's role, term, leader and indexes.
+    info = runtime_info(master)
+    assert info["dLedgerRole"] == "LEADER" and info["dLedgerLeaderId"] == leader and info["dLedgerSelfId"] == leader
+    term = int(info["dLedgerTerm"])
+    assert term >= 1 and int(info["dLedgerCommittedIndex"]) == int(info["dLedgerLedgerEndIndex"]) >= 8
+    follower = group.brokers[followers[0]]
+    follower_info = runtime_info(follower)
+    assert (follower_info["dLedgerRole"], follower_info["dLedgerLeaderId"]) == ("FOLLOWER", leader)
+    assert int(follower_info["dLedgerTerm"]) == term
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{group.metrics[leader]}/metrics", timeout=5).read().decode()
+    assert f'rocketmq_dledger_term{{cluster="DefaultCluster",node_id="{GROUP}",node_type="broker"}} {term}.0' in metrics
+    assert "rocketmq_dledger_commit_lag" in metrics
+    # mqadmin brokerStatus prints them.
+    status = subprocess.run(
+        [sys.executable, "-m", "gateway.admin", "brokerStatus", "-n", group.namesrv, "-b", follower],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert status.returncode == 0, status.stderr
+    lines = {line.split()[0]: line.split()[-1] for line in status.stdout.splitlines() if line.startswith("dLedger")}
+    assert lines["dLedgerRole"] == "FOLLOWER" and lines["dLedgerTerm"] == str(term)
+    assert lines["dLedgerLeaderId"] == leader and lines["dLedgerSelfId"] == followers[0]
+    # The console lists every member with its DLedger state (the others' asked of them).
+    page = urllib.request.urlopen(f"http://127.0.0.1:{group.metrics[leader]}/console/", timeout=5).read().decode()
+    section = page.split("<h2>DLedger group</h2>")[1]
+    for i, addr in group.brokers.items():
+        role = "LEADER" if i == leader else "FOLLOWER"
+        assert f'<td>{addr}</td><td>{i}</td><td>{role}</td><td class="n">{term}</td><td>{leader}</td>' in section
+
+    # SIGKILL the leader: a new master within the election timeout, the acknowledged messages all there.
+    group.members[leader].kill()
+    killed_at = time.monotonic()
+    route = until(
+        lambda: (r := group.route()).get(0) not in (None, master) and r, ELECTION_TIMEOUT, "a new master in the route"
+    )
+    failover = time.monotonic() - killed_at
+    new_master = route[0]
+    assert group.member_at(new_master) in followers, failover
+    resp = send(new_master, b"after")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert set(bodies(new_master, TOPIC, QUEUES)) == acked | {b"after"}
+    info = runtime_info(new_master)
+    assert info["dLedgerRole"] == "LEADER" and int(info["dLedgerTerm"]) > term
+
+
+def _bootstrap(group: Group) -> bool:
+    """Create the topic on the master once the group has one (auto-created topics would do too)."""
+    route = group.route() or {}
+    resp = call(group.namesrv, route_request("TBW102"), 3)
+    if resp.code != ResponseCode.SUCCESS:
+        return False
+    for data in fastjson.loads(resp.body)["brokerDatas"]:
+        master = data["brokerAddrs"].get("0")
+        if data["brokerName"] == GROUP and master:
+            create_topic(master)
+            return True
+    return bool(route)
+
+
+def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) -> None:
+    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    master = settled_route(group, {"n0", "n1", "n2"})[0]
+    leader = group.member_at(master)
+    current = {"master": master}
+
+    def target() -> str:
+        return current["master"]
+
+    stop = threading.Event()
+    producers = [Producer(n, TOPIC, QUEUES, target, stop) for n in range(2)]
+    for p in producers:
+        p.start()
+    until(lambda: sum(len(p.acked) for p in producers) >= 50, 20, "50 sends acknowledged")
+    group.members[leader].kill()
+    route = until(lambda: (r := group.route()).get(0) not in (None, master) and r, ELECTION_TIMEOUT, "a new master")
+    current["master"] = route[0]
+    acked_at_failover = sum(len(p.acked) for p in producers)
+    until(lambda: sum(len(p.acked) for p in producers) >= acked_at_failover + 50, 20, "sends resumed")
+    stop.set()
+    for p in producers:
+        p.join(10)
+    acked = [body for p in producers for body in p.acked]
+    # Every acknowledged message is on the new master exactly once, at queue offsets that were never reused.
+    held: dict[bytes, int] = {}
+    for queue_id in range(QUEUES):
+        resp = call(route[0], pull_request(TOPIC, queue_id, 0, sub="*", timeout_ms=0), 5)
+        offsets = []
+        while resp.code == ResponseCode.SUCCESS:
+            msgs = decode_records(resp.body)
+            for m in msgs:
+                held[m.body] = held.get(m.body, 0) + 1
+                offsets.append(m.queue_offset)
+            resp = call(route[0], pull_request(TOPIC, queue_id, offsets[-1] + 1, sub="*", timeout_ms=0), 5)
+        assert offsets == list(range(len(offsets))), queue_id
+    lost = [body for body in acked if body not in held]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged messages lost"
+    assert all(n == 1 for n in held.values())
+    # A failed send is refused or times out: never acknowledged twice under another offset.
+    assert len(acked) == len(set(acked))
+    # The killed member starts again on its ledger, follows as a slave under its own id and catches up.
+    group.restart(leader)
+    route = settled_route(group, {"n0", "n1", "n2"})
+    assert route[group.dledger_id(leader)] == master
+    until(lambda: set(acked) <= set(bodies(master, TOPIC, QUEUES)), 20, "the restarted member caught up")
+
+
+def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Group) -> None:
+    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    master = settled_route(group, {"n0", "n1", "n2"})[0]
+    leader = group.member_at(master)
+    transferee = next(i for i in group.brokers if i != leader)
+    term = int(runtime_info(master)["dLedgerTerm"])
+    # DLedger's own LEADERSHIP_TRANSFER RPC to the leader, as DLedger's admin tool sends it.
+    request = LeadershipTransferRequest(
+        group=GROUP, remote_id=leader, leader_id=leader, term=term, transfer_id=leader, transferee_id=transferee
+    )
+    command = RemotingCommand.request(DLedgerRequestCode.LEADERSHIP_TRANSFER, body=request.encode(), language="JAVA")
+    response = LeadershipTransferResponse.decode(call(group.peers[leader], command, 10).body)
+    assert response.code == DLedgerResponseCode.SUCCESS
+    route = until(lambda: (r := group.route()).get(0) == group.brokers[transferee] and r, 10, "the new master routed")
+    # The old master is now a slave under its own id; no unregistration took the new master's id 0 away.
+    assert route[group.dledger_id(leader)] == master
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert group.route().get(0) == group.brokers[transferee]
+        time.sleep(0.1)
+    resp = send(group.brokers[transferee], b"after-transfer")
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    resp = send(master, b"to-the-old-master")
+    assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    # As Apache's changeToSlave / changeToMaster: role changes only register. An UNREGISTER_BROKER of the old id
+    # would remove whatever address holds it, maybe the new master's.
+    assert "unregisterBroker" not in (group.root / "logs" / "rocketmqlogs" / "namesrv.log").read_text()
+
+
+def test_a_send_no_majority_acknowledges_in_time_is_answered_as_apache(tmp_path: Path) -> None:
+    # The wait for the quorum's acks ends before the leader, hearing no majority, steps down.
+    group = Group(tmp_path, maxWaitAckTimeMs="200", heartBeatTimeIntervalMs="1000")
+    try:
+        group.start()
+        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        master = settled_route(group, {"n0", "n1", "n2"})[0]
+        leader = group.member_at(master)
+        assert send(master, b"in time").code == ResponseCode.SUCCESS
+        followers = [proc for i, proc in group.members.items() if i != leader]
+        for proc in followers:
+            proc.proc.send_signal(signal.SIGSTOP)
+        try:
+            resp = send(master, b"no majority")
+        finally:
+            for proc in followers:
+                proc.proc.send_signal(signal.SIGCONT)
+        # DLedger's WAIT_QUORUM_ACK_TIMEOUT is OS_PAGECACHE_BUSY in 4.9.8's DLedgerCommitLog ("the ons client will
+        # ignore" FLUSH_SLAVE_TIMEOUT), which a send is answered as SYSTEM_ERROR.
+        assert (resp.code, resp.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+        )
+    finally:
+        group.stop()
+
+
+def test_a_frozen_leader_is_replaced_and_when_thawed_follows_without_taking_the_route(tmp_path: Path) -> None:
+    # Registrations every second: a thawed old leader's periodic one comes due at once.
+    group = Group(tmp_path, registerNameServerPeriod="1000", registerNameServerPeriodMin="1000")
+    try:
+        group.start()
+        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        master = settled_route(group, {"n0", "n1", "n2"})[0]
+        leader = group.member_at(master)
+        frozen = group.members[leader].proc
+        frozen.send_signal(signal.SIGSTOP)
+        try:
+            route = until(lambda: (r := group.route()).get(0) not in (None, master) and r, ELECTION_TIMEOUT, "a master")
+            new_master = route[0]
+            time.sleep(2.0)  # the old leader's registrations come due meanwhile
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        # Thawed, it learns the new term and follows; the route keeps the new master all along.
+        seen = []
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:
+            seen.append(group.route().get(0))
+            time.sleep(0.05)
+        assert set(seen) == {new_master}, seen
+        assert settled_route(group, {"n0", "n1", "n2"})[group.dledger_id(leader)] == master
+        resp = send(master, b"to the thawed one")
+        assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert send(new_master, b"to the new one").code == ResponseCode.SUCCESS
+    finally:
+        group.stop()
