@@ -145,3 +145,39 @@ async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) 
         await producer.client.close()
         for member in members:
             await member.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_ledgers_data_files_in_store_path_dledger_commitlog(tmp_path, remoting) -> None:
+    data = tmp_path / "ledger-data"
+    port = free_port()
+    settings = {
+        "enableDLegerCommitLog": "true",
+        "dLegerGroup": "broker-a",
+        "dLegerPeers": f"n0-127.0.0.1:{port}",
+        "dLegerSelfId": "n0",
+        "minVoteIntervalMs": "50",
+        "maxVoteIntervalMs": "100",
+        "storePathDLedgerCommitLog": str(data),
+    }
+    broker = BrokerUnderTest(tmp_path, remoting, **settings)
+    broker.start()
+    try:
+        await until_master(broker)
+        await create_topic(broker, "DP", 1)
+        resp = await send(broker, "DP", b"in the data path", {})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+    finally:
+        await broker.stop()
+    # DLedger's layout: data files there, the index and checkpoint under storePathRootDir/dledger-n0.
+    assert [p.name for p in data.iterdir()] == ["00000000000000000000"]
+    member_dir = tmp_path / "store" / "dledger-n0"
+    assert not (member_dir / "data").exists() and (member_dir / "index").is_dir()
+    # Opened again from there: the message is read back.
+    broker = BrokerUnderTest(tmp_path, remoting, **settings)
+    broker.start()
+    try:
+        await until_master(broker)
+        assert [m.body for m in await pull_all(broker, "DP", 0)] == [b"in the data path"]
+    finally:
+        await broker.stop()
