@@ -46,6 +46,23 @@ def decided_now(result: PutMessageResult | Deferred[PutMessageResult]) -> PutMes
     return known[0] if known else None
 
 
+def put_own(
+    store: MessageStore, msg: MessageExtBrokerInner, settle: Callable[[PutMessageResult], object]
+) -> PutMessageResult | None:
+    """Store one of the broker's own re-puts whose progress must not count it before it is stored: its result
+    when known at once (always, but on a DLedger ledger once appended), else None and ``settle(result)`` once a
+    majority holds the entry or it failed (leadership lost, no quorum in time). Apache's services wait for that
+    commit on their threads; here the caller moves its progress past the put only in ``settle``."""
+    result = store.put_message(msg)
+    now = decided_now(result)
+    if now is not None:
+        return now
+    result.addCallback(settle).addErrback(  # type: ignore[union-attr]
+        lambda f: log.failure("settling the broker's own put to {topic} failed", f, topic=msg.topic)
+    )
+    return None
+
+
 def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
     """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
     say at once whether it is stored (:func:`stored_now`)."""

@@ -6,6 +6,7 @@ consumer's send-back; the records sit at their entry's position + 48."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest_twisted
 
@@ -15,6 +16,7 @@ from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader
 from gateway.remoting.message import decode_offset_message_id, encode_batch
+from tests.dledger.test_server import partition
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, send, send_header
@@ -94,12 +96,10 @@ async def test_every_put_goes_through_the_ledger(make_broker) -> None:
         await broker.stop()
 
 
-@pytest_twisted.ensureDeferred
-async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) -> None:
-    """Three members in this process: commits come from the followers' acks, later than the puts, so the master's
-    own re-puts (delay delivery, a transaction check-back's copy of the half message) are decided afterwards."""
+def three_members(tmp_path, remoting, **settings: str) -> list[BrokerUnderTest]:
+    """Members n0..n2 of one DLedger group in this process (not started)."""
     peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
-    members = [
+    return [
         BrokerUnderTest(
             tmp_path / f"n{i}",
             remoting,
@@ -107,24 +107,35 @@ async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) 
             dLegerGroup="broker-a",
             dLegerPeers=peers,
             dLegerSelfId=f"n{i}",
-            heartBeatTimeIntervalMs="200",
             minVoteIntervalMs="50",
             maxVoteIntervalMs="150",
             messageDelayLevel=FAST_LEVELS,
-            transactionCheckInterval="200",
-            transactionTimeOut="600",
+            **{"heartBeatTimeIntervalMs": "200", **settings},
         )
         for i in range(3)
     ]
+
+
+async def the_master(members: list[BrokerUnderTest], timeout: float = 10.0) -> BrokerUnderTest:
+    deadline = time.monotonic() + timeout
+    while not (masters := [m for m in members if m.controller.config.brokerId == 0]):
+        assert time.monotonic() < deadline, "no master"
+        await sleep(0.05)
+    (master,) = masters
+    return master
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_masters_own_puts_in_a_three_member_group(tmp_path, remoting) -> None:
+    """Three members in this process: commits come from the followers' acks, later than the puts, so the master's
+    own re-puts (delay delivery, a transaction check-back's copy of the half message) are decided afterwards."""
+    members = three_members(tmp_path, remoting, transactionCheckInterval="200", transactionTimeOut="600")
     producer = TransactionalProducer()
     try:
         for member in members:
             member.start()
         deadline = time.monotonic() + 10
-        while not (masters := [m for m in members if m.controller.config.brokerId == 0]):
-            assert time.monotonic() < deadline, "no master"
-            await sleep(0.05)
-        (broker,) = masters
+        broker = await the_master(members)
         await create_topic(broker, "DL3", 2)
         resp = await send(broker, "DL3", b"later", {"DELAY": "1"}, queue_id=0)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
@@ -181,3 +192,58 @@ async def test_the_ledgers_data_files_in_store_path_dledger_commitlog(tmp_path, 
         assert [m.body for m in await pull_all(broker, "DP", 0)] == [b"in the data path"]
     finally:
         await broker.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_delivery_counts_once_committed_and_one_never_committed_is_delivered_again(tmp_path, remoting) -> None:
+    """As Apache's services, which wait for the commit: the master's delay and timer deliveries move their progress
+    (the delay offset, the timer checkpoint a slave copies) only once a majority holds them. A master cut off from
+    its followers appends its deliveries but never commits them; the new master, holding the progress its slave
+    copied meanwhile, delivers them (once)."""
+    # Heartbeats of 1 s: the cut-off master keeps its leadership for 3 s, past the deliveries' time.
+    members = three_members(tmp_path, remoting, heartBeatTimeIntervalMs="1000", maxWaitAckTimeMs="10000")
+    heal = None
+    try:
+        for member in members:
+            member.start()
+        master = await the_master(members)
+        await create_topic(master, "DLD", 1)
+        assert (await send(master, "DLD", b"delayed", {"DELAY": "1"})).code == ResponseCode.SUCCESS
+        deliver_ms = int(time.time() * 1000) + 1000
+        resp = await send(master, "DLD", b"timed", {"TIMER_DELIVER_MS": str(deliver_ms)})
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        ledger = master.controller.dledger.ledger
+        committed = ledger.committed_index
+        servers = {m.controller.config.dLegerSelfId: m.controller.dledger.server for m in members}
+        heal = partition(SimpleNamespace(servers=servers), master.controller.config.dLegerSelfId)
+        deadline = time.monotonic() + 5
+        while ledger.ledger_end_index < committed + 2:  # both deliveries appended, neither committed
+            assert time.monotonic() < deadline, "the deliveries were not appended"
+            await sleep(0.02)
+        assert ledger.committed_index == committed
+        assert master.controller.schedule.offset_table.get(1, 0) == 0
+        assert master.controller.timer.commit_offset == 0
+        # A slave copying the master's progress now copies none of it.
+        follower = next(m for m in members if m is not master)
+        follower.controller.registration.master_addr = master.addr
+        await follower.controller.slave_sync.sync_all()
+        assert follower.controller.schedule.offset_table.get(1, 0) == 0
+        timer = follower.controller.timer
+        assert (timer.commit_offset, timer.delivered) == (0, set())
+        # Without a majority the cut-off master steps down; the others elect one that delivers both.
+        new = await the_master([m for m in members if m is not master])
+        assert len(await wait_for(new, "DLD", 2)) == 2
+        await sleep(1.0)  # nothing delivered twice
+        assert sorted(m.body for m in await pull_all(new, "DLD", 0)) == [b"delayed", b"timed"]
+        heal()
+        heal = None
+        # Back, the old master follows and its uncommitted deliveries are cut: every log holds each once.
+        deadline = time.monotonic() + 10
+        while sorted(m.body for m in await pull_all(master, "DLD", 0)) != [b"delayed", b"timed"]:
+            assert time.monotonic() < deadline, "the old master did not catch up"
+            await sleep(0.1)
+    finally:
+        if heal is not None:
+            heal()
+        for member in members:
+            await member.stop()
