@@ -179,7 +179,7 @@ class ScheduleMessageService:
             try:
                 self._deliver_level(level)
             except Exception:  # keep the other levels (and the next pass) going
-                log.failure("delivery of delay level {level} failed", level=level)
+                log.failure("delivery of delay level {delay_level} failed", delay_level=level)
 
     def _deliver_level(self, level: int) -> None:
         store = self.broker.store
@@ -241,11 +241,11 @@ class ScheduleMessageService:
             return
         if not result.ok:
             log.warn(
-                "delayed message {id} not delivered: {status}; delay level {level} delivered again from queue "
-                "offset {offset}",
+                "delayed message {id} not delivered: {status}; delay level {delay_level} delivered again from "
+                "queue offset {offset}",
                 id=msg_id,
                 status=result.status.name,
-                level=level,
+                delay_level=level,
                 offset=self.offset_table.get(level, 0),
             )
             self._drop_awaiting(level)

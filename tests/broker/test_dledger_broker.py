@@ -194,56 +194,89 @@ async def test_the_ledgers_data_files_in_store_path_dledger_commitlog(tmp_path, 
         await broker.stop()
 
 
+async def bodies(broker: BrokerUnderTest, topic: str) -> list[bytes]:
+    """The bodies in the topic's queues 0 and 1, sorted."""
+    found = []
+    for queue_id in (0, 1):
+        found += [m.body for m in await pull_all(broker, topic, queue_id)]
+    return sorted(found)
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_delivery_counts_once_committed_and_one_never_committed_is_delivered_again(tmp_path, remoting) -> None:
-    """As Apache's services, which wait for the commit: the master's delay and timer deliveries move their progress
-    (the delay offset, the timer checkpoint a slave copies) only once a majority holds them. A master cut off from
-    its followers appends its deliveries but never commits them; the new master, holding the progress its slave
-    copied meanwhile, delivers them (once)."""
-    # Heartbeats of 1 s: the cut-off master keeps its leadership for 3 s, past the deliveries' time.
-    members = three_members(tmp_path, remoting, heartBeatTimeIntervalMs="1000", maxWaitAckTimeMs="10000")
+    """As Apache's services, which wait for the commit: the master's delay and timer deliveries and its transaction
+    check's copy of a half message move their progress (the delay offset, the timer checkpoint, the half queue's
+    offset, all of which a slave copies) only once a majority holds them. A master cut off from its followers
+    appends them but never commits them; the new master, holding the progress its slave copied meanwhile, does
+    them again (once)."""
+    # Heartbeats of 1 s: the cut-off master keeps its leadership for 3 s, past the deliveries' and check's time.
+    members = three_members(
+        tmp_path,
+        remoting,
+        heartBeatTimeIntervalMs="1000",
+        maxWaitAckTimeMs="10000",
+        transactionCheckInterval="200",
+        transactionTimeOut="1000",
+    )
+    producer = TransactionalProducer()
     heal = None
     try:
         for member in members:
             member.start()
         master = await the_master(members)
-        await create_topic(master, "DLD", 1)
+        await create_topic(master, "DLD", 2)
         assert (await send(master, "DLD", b"delayed", {"DELAY": "1"})).code == ResponseCode.SUCCESS
         deliver_ms = int(time.time() * 1000) + 1000
         resp = await send(master, "DLD", b"timed", {"TIMER_DELIVER_MS": str(deliver_ms)})
         assert resp.code == ResponseCode.SUCCESS, resp.remark
+        await producer.send_half(master, "DLD", b"half", "H1")
         ledger = master.controller.dledger.ledger
         committed = ledger.committed_index
         servers = {m.controller.config.dLegerSelfId: m.controller.dledger.server for m in members}
         heal = partition(SimpleNamespace(servers=servers), master.controller.config.dLegerSelfId)
         deadline = time.monotonic() + 5
-        while ledger.ledger_end_index < committed + 2:  # both deliveries appended, neither committed
-            assert time.monotonic() < deadline, "the deliveries were not appended"
+        # Both deliveries and the half message's copy appended, none committed.
+        while ledger.ledger_end_index < committed + 3:
+            assert time.monotonic() < deadline, "the deliveries and the copy were not appended"
             await sleep(0.02)
         assert ledger.committed_index == committed
         assert master.controller.schedule.offset_table.get(1, 0) == 0
         assert master.controller.timer.commit_offset == 0
-        # A slave copying the master's progress now copies none of it.
-        follower = next(m for m in members if m is not master)
-        follower.controller.registration.master_addr = master.addr
-        await follower.controller.slave_sync.sync_all()
-        assert follower.controller.schedule.offset_table.get(1, 0) == 0
-        timer = follower.controller.timer
-        assert (timer.commit_offset, timer.delivered) == (0, set())
-        # Without a majority the cut-off master steps down; the others elect one that delivers both.
+        assert master.controller.offsets.query_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0) <= 0
+        # A slave copying the master's topics and progress now copies none of that progress.
+        for follower in (m for m in members if m is not master):
+            follower.controller.registration.master_addr = master.addr
+            await follower.controller.slave_sync.sync_all()
+            assert follower.controller.schedule.offset_table.get(1, 0) == 0
+            timer = follower.controller.timer
+            assert (timer.commit_offset, timer.delivered) == (0, set())
+            assert follower.controller.offsets.query_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0) <= 0
+        # Without a majority the cut-off master steps down; the others elect one that delivers both and checks
+        # the half message back.
         new = await the_master([m for m in members if m is not master])
+        await producer.register(new)
         assert len(await wait_for(new, "DLD", 2)) == 2
+        while not producer.checks:
+            assert time.monotonic() < deadline + 10, "no check-back from the new master"
+            await sleep(0.05)
+        header, msg = producer.checks[0]
+        assert msg.body == b"half"
+        answer = {"msgId": header.offset_msg_id, "queueOffset": str(header.tran_state_table_offset)}
+        assert (await producer.end(new, answer, COMMIT, check=True)).code == ResponseCode.SUCCESS
+        assert [m.body for m in await wait_for(new, "DLD", 1, queue_id=1)] == [b"half"]
         await sleep(1.0)  # nothing delivered twice
-        assert sorted(m.body for m in await pull_all(new, "DLD", 0)) == [b"delayed", b"timed"]
+        everything = [b"delayed", b"half", b"timed"]
+        assert await bodies(new, "DLD") == everything
         heal()
         heal = None
-        # Back, the old master follows and its uncommitted deliveries are cut: every log holds each once.
+        # Back, the old master follows and its uncommitted entries are cut: every log holds each once.
         deadline = time.monotonic() + 10
-        while sorted(m.body for m in await pull_all(master, "DLD", 0)) != [b"delayed", b"timed"]:
+        while await bodies(master, "DLD") != everything:
             assert time.monotonic() < deadline, "the old master did not catch up"
             await sleep(0.1)
     finally:
         if heal is not None:
             heal()
+        await producer.client.close()
         for member in members:
             await member.stop()
