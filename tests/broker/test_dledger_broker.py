@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest_twisted
 
 from compat_tests.servers import free_port
+from gateway.broker.pop.records import REVIVE_GROUP, revive_topic
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -20,6 +21,7 @@ from tests.dledger.test_server import partition
 
 from .conftest import BrokerUnderTest, sleep
 from .test_broker_server import create_topic, send, send_header
+from .test_pop import POP_CONFIG, fill, pop, pop_header, pop_until
 from .test_schedule import FAST_LEVELS, pull_all, wait_for
 from .test_transaction import COMMIT, TransactionalProducer
 
@@ -278,5 +280,50 @@ async def test_a_delivery_counts_once_committed_and_one_never_committed_is_deliv
         if heal is not None:
             heal()
         await producer.client.close()
+        for member in members:
+            await member.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_revived_message_counts_once_committed(tmp_path, remoting) -> None:
+    """Pop revive on a DLedger ledger: the revive offset moves past a checkpoint only once its message's re-put to
+    the retry topic is committed. A master cut off from its followers revives into an entry never committed; the
+    new master revives the message from the offset its slave copied."""
+    members = three_members(tmp_path, remoting, heartBeatTimeIntervalMs="1500", maxWaitAckTimeMs="10000", **POP_CONFIG)
+    heal = None
+    try:
+        for member in members:
+            member.start()
+        master = await the_master(members)
+        await fill(master, "DLP", [b"popped"])
+        popped = await pop(remoting, master, pop_header("DLP", invisible_ms=2000))
+        assert [m.body for m in popped.messages] == [b"popped"]
+        controller = master.controller
+        topic = revive_topic("DefaultCluster")
+        ledger = controller.dledger.ledger
+        # The checkpoint reaches its revive queue (through the timer topic) a second before the revive time.
+        deadline = time.monotonic() + 10
+        while sum(controller.store.get_max_offset_in_queue(topic, q) for q in range(8)) == 0:
+            assert time.monotonic() < deadline, "the checkpoint did not reach its revive queue"
+            await sleep(0.05)
+        while ledger.committed_index != ledger.ledger_end_index:
+            await sleep(0.02)
+        committed = ledger.committed_index
+        servers = {m.controller.config.dLegerSelfId: m.controller.dledger.server for m in members}
+        heal = partition(SimpleNamespace(servers=servers), controller.config.dLegerSelfId)
+        while ledger.ledger_end_index == committed:  # the revived message appended, never committed
+            assert time.monotonic() < deadline, "nothing revived"
+            await sleep(0.02)
+        assert all(controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
+        for follower in (m for m in members if m is not master):
+            follower.controller.registration.master_addr = master.addr
+            await follower.controller.slave_sync.sync_all()
+            assert all(follower.controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
+        new = await the_master([m for m in members if m is not master])
+        back = await pop_until(remoting, new, "DLP", 15.0, invisible_ms=60000)
+        assert [(m.body, m.reconsume_times) for m in back.messages] == [(b"popped", 1)]
+    finally:
+        if heal is not None:
+            heal()
         for member in members:
             await member.stop()
