@@ -29,9 +29,13 @@ def _group(tmp_path: Path) -> tuple[Group, SimpleNamespace]:
     # DLedger's default timings: a loaded machine's pauses do not make the group elect again mid-run.
     group = Group(tmp_path / "group", timings={})
     group.root.mkdir()
-    group.start()
-    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
-    settled_route(group, {"n0", "n1", "n2"})
+    try:
+        group.start()
+        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        settled_route(group, {"n0", "n1", "n2"})
+    except BaseException:
+        group.stop()
+        raise
     return group, SimpleNamespace(namesrv_addr=group.namesrv)
 
 
