@@ -16,7 +16,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import ConsumerSendMsgBackRequestHeader
-from gateway.remoting.message import decode_offset_message_id, encode_batch
+from gateway.remoting.message import decode_offset_message_id, decode_record, encode_batch
 from tests.dledger.test_server import partition
 
 from .conftest import BrokerUnderTest, sleep
@@ -285,10 +285,11 @@ async def test_a_delivery_counts_once_committed_and_one_never_committed_is_deliv
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_revived_message_counts_once_committed(tmp_path, remoting) -> None:
-    """Pop revive on a DLedger ledger: the revive offset moves past a checkpoint only once its message's re-put to
-    the retry topic is committed. A master cut off from its followers revives into an entry never committed; the
-    new master revives the message from the offset its slave copied."""
+async def test_pops_and_revives_count_once_committed(tmp_path, remoting) -> None:
+    """Pop on a DLedger ledger: the group's offset moves past popped messages only once their checkpoint is
+    committed, and the revive offset past a checkpoint only once its message's re-put to the retry topic is. A
+    master cut off from its followers answers a pop and revives, into entries never committed; the new master,
+    from the offsets its slave copied, revives the one and hands out the other again."""
     members = three_members(tmp_path, remoting, heartBeatTimeIntervalMs="1500", maxWaitAckTimeMs="10000", **POP_CONFIG)
     heal = None
     try:
@@ -298,6 +299,7 @@ async def test_a_revived_message_counts_once_committed(tmp_path, remoting) -> No
         await fill(master, "DLP", [b"popped"])
         popped = await pop(remoting, master, pop_header("DLP", invisible_ms=2000))
         assert [m.body for m in popped.messages] == [b"popped"]
+        assert (await send(master, "DLP", b"second", {})).code == ResponseCode.SUCCESS
         controller = master.controller
         topic = revive_topic("DefaultCluster")
         ledger = controller.dledger.ledger
@@ -311,17 +313,36 @@ async def test_a_revived_message_counts_once_committed(tmp_path, remoting) -> No
         committed = ledger.committed_index
         servers = {m.controller.config.dLegerSelfId: m.controller.dledger.server for m in members}
         heal = partition(SimpleNamespace(servers=servers), controller.config.dLegerSelfId)
-        while ledger.ledger_end_index == committed:  # the revived message appended, never committed
+        # Popped while cut off: answered, its checkpoint appended and never committed, the offset left.
+        second = await pop(remoting, master, pop_header("DLP", invisible_ms=60000))
+        assert [m.body for m in second.messages] == [b"second"]
+        assert controller.offsets.query_offset("pg", "DLP", 0) == 1
+        again = await pop(remoting, master, pop_header("DLP", invisible_ms=60000))
+        assert again.messages == []  # the queue is not popped while its checkpoint awaits the commit
+
+        def appended_to_retry() -> bool:
+            return any(
+                decode_record(ledger.get(i).body).topic.startswith("%RETRY%")
+                for i in range(committed + 1, ledger.ledger_end_index + 1)
+            )
+
+        while not appended_to_retry():  # the revived message appended, never committed
             assert time.monotonic() < deadline, "nothing revived"
             await sleep(0.02)
+        assert ledger.committed_index == committed
         assert all(controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
         for follower in (m for m in members if m is not master):
             follower.controller.registration.master_addr = master.addr
             await follower.controller.slave_sync.sync_all()
             assert all(follower.controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
+            assert follower.controller.offsets.query_offset("pg", "DLP", 0) == 1
         new = await the_master([m for m in members if m is not master])
-        back = await pop_until(remoting, new, "DLP", 15.0, invisible_ms=60000)
-        assert [(m.body, m.reconsume_times) for m in back.messages] == [(b"popped", 1)]
+        got = []
+        while len(got) < 2:
+            assert time.monotonic() < deadline + 15, f"only {got} from the new master"
+            back = await pop_until(remoting, new, "DLP", 2.0, invisible_ms=60000)
+            got += [(m.body, m.reconsume_times) for m in back.messages]
+        assert sorted(got) == [(b"popped", 1), (b"second", 0)]
     finally:
         if heal is not None:
             heal()
