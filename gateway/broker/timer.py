@@ -176,12 +176,12 @@ class TimerMessageService:
             self.last_pass_ms = started
         now = now_ms()
         while self.pending and self.pending[0][0] <= now:
-            unit = self.pending[0]
+            unit = heapq.heappop(self.pending)
             ext = look_message(store, unit[2])
             delivered = True if ext is None else self._deliver(ext, now, unit)
             if delivered is False:
+                heapq.heappush(self.pending, unit)
                 break  # the store refused it: try again on the next pass
-            heapq.heappop(self.pending)
             if delivered:
                 self.delivered.add(unit[1])
         self._advance()
