@@ -5,7 +5,8 @@ crashes, lets the test bound the time, and gives it its own ``HOME`` (it writes 
 ``$HOME/logs/rocketmq-cpp``). Every sub-command prints JSON lines on stdout:
 
 * ``produce``: ``{"event": "sent", "i": ..., "msg_id": ..., "offset": ...}`` per acknowledged message
-  (none for oneway), ``{"event": "send_error", ...}`` per failed attempt, and a final
+  (none for oneway; a sync send's also has ``t``, when it was acknowledged), ``{"event": "send_error", ...}``
+  per failed attempt, and a final
   ``{"event": "done", "sent": n, "failed": [i, ...]}``; exit 0 only if every message was acknowledged.
   With ``--count 0`` it sends one message after another (sync) until stdin is closed.
 * ``consume`` (push consumer): ``{"event": "started"}``, one ``{"event": "msg", ...}`` per delivery,
@@ -123,7 +124,7 @@ def produce(args: argparse.Namespace) -> int:
         if result.status != client.SendStatus.OK:
             raise RuntimeError(f"status {result.status!r}")
         sent.add(batch[0])
-        _emit(lock, event="sent", i=batch[0], msg_id=result.msg_id, offset=result.offset)
+        _emit(lock, event="sent", i=batch[0], msg_id=result.msg_id, offset=result.offset, t=time.time())
 
     def orderly_one(batch: list[int]) -> None:
         # send_orderly's default selector: message i goes to queue (i % order_keys) % queues, one queue per key.

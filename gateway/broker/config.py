@@ -45,6 +45,8 @@ def _snake(key: str) -> str:
     return re.sub(r"([A-Z])", r"_\1", key).lower()
 
 
+# MessageStoreConfig.MULTI_PATH_SPLITTER (DLedgerCommitLog hands it to DLedger): it separates several data paths.
+MULTI_PATH_SPLITTER = ","
 _DLEDGER_DEFAULTS = {f.name: f.default for f in fields(DLedgerConfig) if f.default is not MISSING}
 
 
@@ -280,7 +282,8 @@ class BrokerConfig:
 def dledger_config(broker: BrokerConfig, store: StoreConfig) -> DLedgerConfig:
     """The DLedgerConfig of this broker's member, as Apache's DLedgerCommitLog builds it: the group, peers and
     self id, the ledger under ``storePathRootDir/dledger-<selfId>`` in data files of ``mappedFileSizeCommitLog``
-    bytes; raises DLedgerConfigError naming the key of a value that cannot work."""
+    bytes (in ``storePathDLedgerCommitLog`` if set: one directory, not several); raises DLedgerConfigError naming
+    the key of a value that cannot work."""
     if not broker.dLegerGroup.strip():
         raise DLedgerConfigError("dLegerGroup: must be set with enableDLegerCommitLog=true")
     if not re.fullmatch(r".[0-9]{1,9}", broker.dLegerSelfId):
@@ -288,6 +291,18 @@ def dledger_config(broker: BrokerConfig, store: StoreConfig) -> DLedgerConfig:
             f"dLegerSelfId: {broker.dLegerSelfId!r} is not a letter and a number, as n0 (the broker's id as a "
             "slave is that number + 1)"
         )
+    data_path = store.storePathDLedgerCommitLog or None
+    if data_path is not None:
+        if MULTI_PATH_SPLITTER in data_path:
+            raise DLedgerConfigError(
+                f"storePathDLedgerCommitLog: {data_path!r} names several directories ('{MULTI_PATH_SPLITTER}'); "
+                "one directory is supported"
+            )
+        if os.path.abspath(data_path) == os.path.abspath(store.commit_log_path):
+            raise DLedgerConfigError(
+                f"storePathDLedgerCommitLog: {data_path!r} is the commitlog's directory; the ledger's data files "
+                "need their own (an existing commitlog is kept there as the ledger's first entries)"
+            )
     timings = {_snake(key): getattr(broker, key) for key in DLEDGER_KEYS}
     return DLedgerConfig(
         group=broker.dLegerGroup.strip(),
@@ -297,6 +312,7 @@ def dledger_config(broker: BrokerConfig, store: StoreConfig) -> DLedgerConfig:
             store_base_dir=store.storePathRootDir,
             self_id=broker.dLegerSelfId,
             mapped_file_size_for_entry_data=store.mappedFileSizeCommitLog,
+            data_store_path=data_path,
         ),
         preferred_leader_ids=[i.strip() for i in broker.preferredLeaderId.split(";") if i.strip()],
         enable_batch_push=broker.enableBatchPush,

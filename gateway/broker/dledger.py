@@ -11,6 +11,7 @@ service is not started, and a slave only copies its master's metadata (topics, o
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,6 @@ class DLedgerRoles:
         self._catch_up: task.LoopingCall | None = None
         self._first_role: defer.Deferred[Any] = defer.Deferred()
         self._applied = False  # a role change was handled
-        self._master_since = -1.0  # when this member last became the master, on DLedger's clock (ms)
         self._lease_lapsed = False  # logged once per lapse
 
     @property
@@ -125,25 +125,24 @@ class DLedgerRoles:
             return
         self._stop_catch_up()
         store.recover_topic_queue_table()
-        self._master_since = self.server.elector.now()
         self._registered(self.broker.change_role("SYNC_MASTER", 0))
         self._finished(True, term, MemberRole.LEADER, start)
 
     def holds_lease(self) -> bool:
-        """Whether this master may register as brokerId 0: its member heard from a majority (or became the
-        master) within DLedger's heartbeat timeout. A leader frozen (SIGSTOP) or cut off past it registers
-        nothing as master: thawed, its due registrations would put its address back under brokerId 0 just
-        before it learns of the new term and registers as a slave, which drops that id, the new master's too,
-        from the route until the new master registers again."""
-        elector, config = self.server.elector, self.server.config
-        last = max(elector.last_succ_heart_beat_time, self._master_since)
-        held = elector.elapsed(last) <= config.max_heart_beat_leak * config.heart_beat_time_interval_ms
+        """Whether this master may register as brokerId 0: its member leads and heard from a majority within
+        DLedger's heartbeat timeout (:meth:`DLedgerServer.heard_from_majority`). A leader frozen (SIGSTOP) or cut
+        off past it registers nothing as master: thawed, its due registrations would put its address back under
+        brokerId 0 just before it learns of the new term and registers as a slave, which drops that id, the new
+        master's too, from the route until the new master registers again."""
+        server = self.server
+        held = server.heard_from_majority()
         if not held and not self._lease_lapsed:
+            silence = server.majority_silence_ms()
             log.warn(
-                "not registering as master: no majority of DLedger group {group} heard from for {ms} ms (term {term})",
-                group=config.group,
-                ms=int(elector.elapsed(last)),
-                term=self.server.member_state.term,
+                "not registering as master: {why} (DLedger group {group}, term {term})",
+                why=f"no majority heard from for {int(silence)} ms" if silence != math.inf else "not the leader",
+                group=server.config.group,
+                term=server.member_state.term,
             )
         self._lease_lapsed = not held
         return held

@@ -46,17 +46,33 @@ def decided_now(result: PutMessageResult | Deferred[PutMessageResult]) -> PutMes
     return known[0] if known else None
 
 
+def put_own(
+    store: MessageStore, msg: MessageExtBrokerInner, settle: Callable[[PutMessageResult], object]
+) -> PutMessageResult | None:
+    """Store one of the broker's own re-puts whose progress must not count it before it is stored: its result
+    when known at once (always, but on a DLedger ledger once appended), else None and ``settle(result)`` once a
+    majority holds the entry or it failed (leadership lost, no quorum in time). Apache's services wait for that
+    commit on their threads; here the caller moves its progress past the put only in ``settle``."""
+    result = store.put_message(msg)
+    now = decided_now(result)
+    if now is not None:
+        return now
+    result.addCallback(settle).addErrback(  # type: ignore[union-attr]
+        lambda f: log.failure("settling the broker's own put to {topic} failed", f, topic=msg.topic)
+    )
+    return None
+
+
 def put_now(store: MessageStore, msg: MessageExtBrokerInner) -> PutMessageResult:
-    """Store one of the broker's own re-puts (delay and timer delivery, transaction bookkeeping, pop revive) and
-    say at once whether it is stored (:func:`stored_now`)."""
+    """Store one of the broker's own puts whose outcome moves no progress (a transaction's op marker, a half
+    message moved to TRANS_CHECK_MAX_TIME_TOPIC: Apache only logs theirs) and say at once whether it is stored
+    (:func:`stored_now`); progress that must wait for the commit uses :func:`put_own`."""
     return stored_now(store.put_message(msg), msg.topic)
 
 
 def stored_now(result: PutMessageResult | Deferred[PutMessageResult], topic: str) -> PutMessageResult:
     """A put of the broker's own, as stored or not now. On a DLedger ledger an entry this leader appended counts
-    as stored before a majority holds it (Apache waits for the commit on a thread; the reactor cannot): a failed
-    commit is logged, and a new leader takes the delivery offsets its slave synced, a little behind, so it
-    delivers again."""
+    as stored before a majority holds it; a failed commit is logged."""
     now = decided_now(result)
     if now is not None:
         return now

@@ -8,10 +8,17 @@ store order and share one delay, so the first unit not yet due ends that level's
 
 The offsets are written every ``flushDelayOffsetInterval`` and at shutdown, as Java does: a clean restart
 delivers each message once; after a crash the last interval's deliveries may repeat (never go missing).
+
+On a DLedger ledger a delivery is stored once a majority holds its entry: as Apache's service, which waits for
+that commit, a level's offset moves past a delivery only then (the scan goes on meanwhile, the offset following
+in order). When one fails (the leader lost its leadership, or no quorum in time), the level is delivered again
+from its offset; a later delivery that was stored meanwhile is then delivered twice, never lost.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +30,11 @@ from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, properties_to_string
 from gateway.remoting.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from gateway.store.api import MessageExtBrokerInner
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult
 from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
 
-from .inner import inner_from_ext, look_message, put_now
+from .inner import inner_from_ext, look_message, put_own
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -78,6 +85,16 @@ def handle_schedule_message(broker: BrokerController, msg: MessageExtBrokerInner
     return None
 
 
+@dataclass(slots=True)
+class _Delivery:
+    """A level's delivery whose commit is awaited (or, ``stored`` already, units skipped after one): the level's
+    offset becomes ``next_offset`` once it and all before it are stored."""
+
+    next_offset: int
+    stored: bool = False
+    dropped: bool = False
+
+
 class ScheduleMessageService:
     """Delay-level queues, their delivery offsets (``config/delayOffset.json``) and the delivery scan."""
 
@@ -88,6 +105,8 @@ class ScheduleMessageService:
         # Offsets of levels outside messageDelayLevel (another configuration's): kept in the file, never used.
         self.set_aside = SetAside()
         self.path = Path(broker.store_config.storePathRootDir) / "config" / "delayOffset.json"
+        self._awaiting: dict[int, deque[_Delivery]] = {}  # level -> its deliveries not yet stored, in order
+        self._drops = 0  # how many times awaited deliveries were forgotten
 
     @property
     def max_delay_level(self) -> int:
@@ -100,6 +119,7 @@ class ScheduleMessageService:
 
     def load(self) -> None:
         """Read delayOffset.json and clamp each offset into its queue's current range (correctDelayOffset)."""
+        self._drop_awaiting()
         self.offset_table, self.set_aside = load_with_backup(self.path, self.read) or ({}, SetAside())
         self.set_aside.warn(self.path)
         store = self.broker.store
@@ -112,6 +132,7 @@ class ScheduleMessageService:
     def replace_offsets(self, table: dict[int, int], set_aside: SetAside) -> None:
         """Take another broker's delay offsets and those it sets aside (a slave following its master: like
         Apache's, its file then holds the master's) and persist them."""
+        self._drop_awaiting()
         self.offset_table, self.set_aside = dict(table), set_aside
         self.persist()
 
@@ -158,15 +179,18 @@ class ScheduleMessageService:
             try:
                 self._deliver_level(level)
             except Exception:  # keep the other levels (and the next pass) going
-                log.failure("delivery of delay level {level} failed", level=level)
+                log.failure("delivery of delay level {delay_level} failed", delay_level=level)
 
     def _deliver_level(self, level: int) -> None:
         store = self.broker.store
         cq = store.consume_queue_table.get((SCHEDULE_TOPIC, level - 1))  # type: ignore[attr-defined]
         if cq is None:
             return
-        offset = min(max(self.offset_table.get(level, 0), cq.min_offset_in_queue), cq.max_offset_in_queue)
+        awaiting = self._awaiting.get(level)
+        start = awaiting[-1].next_offset if awaiting else self.offset_table.get(level, 0)
+        offset = min(max(start, cq.min_offset_in_queue), cq.max_offset_in_queue)
         delay = self.delay_table[level - 1]
+        drops = self._drops
         while offset < cq.max_offset_in_queue:
             unit = cq.get_unit(offset)
             if unit is None:
@@ -180,12 +204,20 @@ class ScheduleMessageService:
             if now < deliver_at <= now + delay:
                 break
             ext = look_message(store, phy)
-            if ext is not None and not self._deliver(ext):
+            if ext is not None and not self._deliver(ext, level, offset + 1):
                 break  # the store refused it: try again on the next pass
+            if self._drops != drops:  # an awaited delivery failed meanwhile: the next pass starts over
+                self._drop_awaiting(level)
+                return
             offset += 1
-        self.offset_table[level] = offset
+        awaiting = self._awaiting.get(level)
+        if not awaiting:
+            self.offset_table[level] = offset
+        elif offset > awaiting[-1].next_offset:  # units passed after the last awaited delivery
+            awaiting.append(_Delivery(offset, stored=True))
 
-    def _deliver(self, ext: MessageExt) -> bool:
+    def _deliver(self, ext: MessageExt, level: int, next_offset: int) -> bool:
+        """Re-put ``ext`` to its real topic; False when the store refuses it now."""
         props = dict(ext.properties)
         props.pop(MessageConst.DELAY_TIME_LEVEL, None)
         topic = props.get(MessageConst.REAL_TOPIC)
@@ -193,10 +225,44 @@ class ScheduleMessageService:
             log.error("delayed message {id} has no deliverable real topic ({topic})", id=ext.msg_id, topic=topic)
             return True
         inner = inner_from_ext(ext, topic, int_property(props.get(MessageConst.REAL_QUEUE_ID)), props)
-        result = put_now(self.broker.store, inner)
+        delivery = _Delivery(next_offset)
+        result = put_own(self.broker.store, inner, lambda put: self._settle(level, delivery, put, ext.msg_id))
+        if result is None:
+            self._awaiting.setdefault(level, deque()).append(delivery)
+            return True
         if not result.ok:
             log.warn("delayed message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok
+
+    def _settle(self, level: int, delivery: _Delivery, result: PutMessageResult, msg_id: str) -> None:
+        """An awaited delivery is stored, or not: move the level's offset past what is stored in order, or
+        deliver the level again from its offset."""
+        if delivery.dropped:
+            return
+        if not result.ok:
+            log.warn(
+                "delayed message {id} not delivered: {status}; delay level {delay_level} delivered again from "
+                "queue offset {offset}",
+                id=msg_id,
+                status=result.status.name,
+                delay_level=level,
+                offset=self.offset_table.get(level, 0),
+            )
+            self._drop_awaiting(level)
+            return
+        delivery.stored = True
+        awaiting = self._awaiting[level]
+        while awaiting and awaiting[0].stored:
+            self.offset_table[level] = awaiting.popleft().next_offset
+        if not awaiting:
+            del self._awaiting[level]
+
+    def _drop_awaiting(self, level: int | None = None) -> None:
+        """Forget the awaited deliveries (of one level, or all): their outcome no longer moves an offset."""
+        self._drops += 1
+        for lvl in [level] if level is not None else list(self._awaiting):
+            for delivery in self._awaiting.pop(lvl, ()):
+                delivery.dropped = True
 
 
 def _encode(table: dict[int, int]) -> bytes:

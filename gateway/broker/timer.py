@@ -13,7 +13,8 @@ Units of the timer queue are due in any order, so the service reads each unit on
 delivery time. ``config/timerOffset.json`` holds the first queue offset not yet delivered (``commitOffset``)
 and the offsets above it already delivered; a restart reloads the heap from ``commitOffset`` and skips
 those. It is written every ``flushDelayOffsetInterval`` and at shutdown (see schedule.py for what a crash
-may repeat).
+may repeat). On a DLedger ledger a delivery counts (in the file, and in the checkpoint a slave copies) once a
+majority holds its entry; one that fails goes back into the heap and is delivered again.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from gateway.remoting.codes import PermName, RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
 from gateway.remoting.recall_handle import timer_delete_key
-from gateway.store.api import MessageExtBrokerInner
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult
 from gateway.store.commit_log import now_ms
 from gateway.store.consume_queue import BLANK_UNIT_SIZE
 from gateway.store.message_store import TIMER_TOPIC
 
-from .inner import inner_from_ext, look_message, put_now
+from .inner import inner_from_ext, look_message, put_own
 from .schedule import int_property
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class TimerMessageService:
         self.delivered: set[int] = set()  # delivered queue offsets >= commit_offset
         self.read_offset = 0  # units below it are in ``pending`` or delivered
         self.pending: list[tuple[int, int, int]] = []  # heap of (deliver ms, queue offset, commitlog offset)
+        self.awaiting: dict[int, tuple[int, int, int]] = {}  # queue offset -> its unit, delivery not yet stored
         self.last_pass_ms = 0  # when the last delivery pass read the timer queue: units due before, delivered
         self.recalled: set[str] = set()  # delete keys (topic+unique id) of recall markers not due yet
 
@@ -70,7 +72,7 @@ class TimerMessageService:
         self.commit_offset, delivered = load_with_backup(self.path, _parse_timer_offsets) or (0, set())
         self.read_offset = self.commit_offset
         self.delivered = {o for o in delivered if o >= self.commit_offset}
-        self.pending = []
+        self.pending, self.awaiting = [], {}
         self.recalled = set()
 
     def handlers(self) -> dict[int, Any]:
@@ -78,9 +80,10 @@ class TimerMessageService:
 
     def get_timer_check_point(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
         """GET_TIMER_CHECK_POINT: a TimerCheckpoint whose lastReadTimeMs, as Apache's, is a time every unit due
-        before has been delivered by; its timer queue offsets are our commit offset."""
-        due = self.pending[0][0] if self.pending else self.last_pass_ms
-        body = _CHECKPOINT.pack(min(due, self.last_pass_ms), 0, self.commit_offset, self.commit_offset, 0, now_ms(), 0)
+        before has been delivered by (stored, on a DLedger ledger); its timer queue offsets are our commit offset."""
+        first = [self.pending[0][0]] if self.pending else []
+        due = min([self.last_pass_ms, *first, *(unit[0] for unit in self.awaiting.values())])
+        body = _CHECKPOINT.pack(due, 0, self.commit_offset, self.commit_offset, 0, now_ms(), 0)
         return request.response(body=body)
 
     def follow_master(self, body: bytes) -> int:
@@ -104,7 +107,7 @@ class TimerMessageService:
         while self.commit_offset in self.delivered:
             self.delivered.remove(self.commit_offset)
             self.commit_offset += 1
-        self.read_offset, self.pending = self.commit_offset, []
+        self.read_offset, self.pending, self.awaiting = self.commit_offset, [], {}
         if self.commit_offset != before or self.delivered:
             self.persist()
         return last_read_ms
@@ -173,12 +176,17 @@ class TimerMessageService:
             self.last_pass_ms = started
         now = now_ms()
         while self.pending and self.pending[0][0] <= now:
-            _, offset, phy = self.pending[0]
-            ext = look_message(store, phy)
-            if ext is not None and not self._deliver(ext, now):
+            unit = heapq.heappop(self.pending)
+            ext = look_message(store, unit[2])
+            delivered = True if ext is None else self._deliver(ext, now, unit)
+            if delivered is False:
+                heapq.heappush(self.pending, unit)
                 break  # the store refused it: try again on the next pass
-            heapq.heappop(self.pending)
-            self.delivered.add(offset)
+            if delivered:
+                self.delivered.add(unit[1])
+        self._advance()
+
+    def _advance(self) -> None:
         while self.commit_offset in self.delivered:
             self.delivered.remove(self.commit_offset)
             self.commit_offset += 1
@@ -188,7 +196,9 @@ class TimerMessageService:
         if ext is not None and MessageConst.TIMER_DEL_UNIQKEY in ext.properties:
             self.recalled.add(ext.properties[MessageConst.TIMER_DEL_UNIQKEY])
 
-    def _deliver(self, ext: MessageExt, now: int) -> bool:
+    def _deliver(self, ext: MessageExt, now: int, unit: tuple[int, int, int]) -> bool | None:
+        """Re-put ``ext`` to its real topic: True when done with, False when the store refuses it now, None when
+        its commit is awaited (``unit`` is then in ``awaiting``)."""
         marker = ext.properties.get(MessageConst.TIMER_DEL_UNIQKEY)
         if marker is not None:  # its message was due before it: the marker is done with
             self.recalled.discard(marker)
@@ -204,10 +214,26 @@ class TimerMessageService:
             log.error("timer message {id} has no real topic", id=ext.msg_id)
             return True
         props[MessageConst.TIMER_DEQUEUE_MS] = str(now)
-        result = put_now(self.broker.store, inner_from_ext(ext, topic, queue_id, props))
+        inner = inner_from_ext(ext, topic, queue_id, props)
+        result = put_own(self.broker.store, inner, lambda put: self._settle(unit, put, ext.msg_id))
+        if result is None:
+            self.awaiting[unit[1]] = unit
+            return None
         if not result.ok:
             log.warn("timer message {id} not delivered: {status}", id=ext.msg_id, status=result.status)
         return result.ok
+
+    def _settle(self, unit: tuple[int, int, int], result: PutMessageResult, msg_id: str) -> None:
+        """An awaited delivery is stored (it counts as delivered) or not (back into the heap)."""
+        if self.awaiting.get(unit[1]) is not unit:  # forgotten meanwhile (reloaded, or following a master)
+            return
+        del self.awaiting[unit[1]]
+        if result.ok:
+            self.delivered.add(unit[1])
+            self._advance()
+            return
+        log.warn("timer message {id} not delivered: {status}; delivered again", id=msg_id, status=result.status.name)
+        heapq.heappush(self.pending, unit)
 
 
 def _parse_timer_offsets(data: bytes) -> tuple[int, set[int]]:

@@ -8,6 +8,7 @@ group gets UNKNOWN_MEMBER / UNKNOWN_GROUP in its response body, a request the le
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,7 @@ class DLedgerServer(Service):
         self._preferred = task.LoopingCall(self._check_preferred_leader)
         self._preferred.clock = reactor
         self._preferred_start: Any = None
+        self._leader_since = -1.0  # when this member last won an election (ms, the elector's clock)
         self.port = 0
 
     # -- the contract
@@ -102,6 +104,20 @@ class DLedgerServer(Service):
     def append(self, body: bytes) -> AppendResult:
         """Append ``body`` as the leader; :class:`DLedgerError` at once when this member cannot take it."""
         return self.pusher.append(body)
+
+    def majority_silence_ms(self) -> float:
+        """Milliseconds since this leader last heard from a majority of its group: since its last heartbeat round
+        a majority answered, or since it won its election if later; infinite when it is not the leader."""
+        if self.member_state.role is not MemberRole.LEADER:
+            return math.inf
+        return self.elector.elapsed(max(self.elector.last_succ_heart_beat_time, self._leader_since))
+
+    def heard_from_majority(self) -> bool:
+        """Whether this member leads and heard from a majority within DLedger's heartbeat timeout
+        (``maxHeartBeatLeak`` heartbeat intervals, after which its followers call an election): a leader frozen or
+        cut off longer than that may have been replaced without knowing it."""
+        timeout = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
+        return self.majority_silence_ms() <= timeout
 
     def add_role_listener(self, cb: RoleListener) -> None:
         """``cb(role, term, leader_id)`` on every role change."""
@@ -191,7 +207,9 @@ class DLedgerServer(Service):
             self._last_checkpoint_ms = now
 
     def _role_changed(self, term: int, role: MemberRole) -> None:
-        if role is not MemberRole.LEADER:
+        if role is MemberRole.LEADER:
+            self._leader_since = self.elector.now()
+        else:
             self.pusher.fail_pending(DLedgerResponseCode.TERM_CHANGED, f"{self.member_state.self_id} is {role.name}")
         self.pusher.wakeup()
         for cb in list(self._role_listeners):

@@ -61,11 +61,18 @@ class DLedgerStoreConfig:
     self_id: str
     mapped_file_size_for_entry_data: int = 1024 * 1024 * 1024
     mapped_file_size_for_entry_index: int = INDEX_UNIT_SIZE * 5 * 1024 * 1024
+    data_store_path: str | None = None
 
     @property
     def default_path(self) -> str:
         """``storeBaseDir/dledger-<selfId>``."""
         return os.path.join(self.store_base_dir, f"dledger-{self.self_id}")
+
+    @property
+    def data_path(self) -> str:
+        """``getDataStorePath``: ``dataStorePath``, else ``data`` under the default path (the index and the
+        checkpoint stay there)."""
+        return self.data_store_path or os.path.join(self.default_path, "data")
 
 
 class DLedgerFileStore:
@@ -82,7 +89,7 @@ class DLedgerFileStore:
             raise StoreLoadError(f"mappedFileSizeForEntryData {config.mapped_file_size_for_entry_data} is too small")
         self.config = config
         base = config.default_path
-        self.data = MappedFileQueue(os.path.join(base, "data"), config.mapped_file_size_for_entry_data)
+        self.data = MappedFileQueue(config.data_path, config.mapped_file_size_for_entry_data)
         self.index = MappedFileQueue(os.path.join(base, "index"), config.mapped_file_size_for_entry_index)
         self.checkpoint_path = os.path.join(base, CHECK_POINT_FILE)
         self.ledger_begin_index = -1

@@ -25,6 +25,8 @@ class StoreConfig:
 
     storePathRootDir: str = "./store"
     storePathCommitLog: str | None = None  # None => <storePathRootDir>/commitlog
+    # DLedger mode: the ledger's data files (DLedgerConfig.dataStorePath); None => <storePathRootDir>/dledger-<id>/data
+    storePathDLedgerCommitLog: str | None = None
     mappedFileSizeCommitLog: int = 1024 * 1024 * 1024
     mappedFileSizeConsumeQueue: int = 300000 * CQ_STORE_UNIT_SIZE
     flushDiskType: str = ASYNC_FLUSH

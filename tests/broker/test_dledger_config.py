@@ -53,6 +53,16 @@ def test_keys_map_onto_the_member_config_with_dledgers_defaults(tmp_path: Path) 
     # The ledger lives under storePathRootDir/dledger-n1, data files as large as commitlog files.
     assert member.store.default_path == str(tmp_path / "store" / "dledger-n1")
     assert member.store.mapped_file_size_for_entry_data == 4096000
+    assert member.store.data_path == str(tmp_path / "store" / "dledger-n1" / "data")
+
+
+def test_store_path_dledger_commitlog_is_the_ledgers_data_directory(tmp_path: Path) -> None:
+    # DLedgerConfig.dataStorePath: the data files move, the index and checkpoint stay under dledger-<selfId>.
+    conf = _conf(tmp_path, *GROUP, f"storePathDLedgerCommitLog={tmp_path / 'ledger-data'}")
+    broker, store = load_broker_config(str(conf))
+    member = dledger_config(broker, store)
+    assert member.store.data_path == str(tmp_path / "ledger-data")
+    assert member.store.default_path == str(tmp_path / "store" / "dledger-n1")
 
 
 def test_without_dledger_nothing_is_checked_and_the_id_stays() -> None:
@@ -73,6 +83,16 @@ def test_without_dledger_nothing_is_checked_and_the_id_stays() -> None:
         ("minVoteIntervalMs=5000", "minVoteIntervalMs", "5000 is above maxVoteIntervalMs 1000"),
         ("maxWaitAckTimeMs=0", "maxWaitAckTimeMs", "0 is not at least 1 ms"),
         ("heartBeatTimeIntervalMs=x", "heartBeatTimeIntervalMs", "'x' is not a valid int"),
+        (
+            "storePathDLedgerCommitLog=/d1,/d2",
+            "storePathDLedgerCommitLog",
+            "'/d1,/d2' names several directories (','); one directory is supported",
+        ),
+        (
+            "storePathCommitLog=/data/cl\nstorePathDLedgerCommitLog=/data/cl/",
+            "storePathDLedgerCommitLog",
+            "'/data/cl/' is the commitlog's directory; the ledger's data files need their own",
+        ),
     ],
 )
 def test_a_value_that_cannot_make_a_member_names_key_and_file(
@@ -114,6 +134,10 @@ def _run_broker(tmp_path: Path, conf: Path) -> subprocess.CompletedProcess[str]:
     [
         ("dLegerSelfId=n3", "key dLegerSelfId: 'n3' is not one of the members of dLegerPeers (n0, n1, n2)"),
         ("dLegerPeers=n0-127.0.0.1:40911;n0-127.0.0.1:40912", "key dLegerPeers: member n0 is listed twice"),
+        (
+            "storePathDLedgerCommitLog=a,b",
+            "key storePathDLedgerCommitLog: 'a,b' names several directories (','); one directory is supported",
+        ),
     ],
 )
 def test_mqbroker_stops_in_one_line(tmp_path: Path, line: str, expected: str) -> None:

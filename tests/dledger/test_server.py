@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -302,3 +303,21 @@ async def test_a_cut_off_leader_acknowledges_nothing_and_its_tail_is_cut_when_it
         b"after-4",
     ]
     assert len({committed_prefix(cluster, m) for m in cluster.servers}) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_leader_says_whether_it_heard_from_a_majority_within_the_heartbeat_timeout(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    timeout = cluster.timings["max_heart_beat_leak"] * cluster.timings["heart_beat_time_interval_ms"]
+    assert leader.heard_from_majority() and leader.majority_silence_ms() <= timeout
+    follower = next(s for s in cluster.servers.values() if s is not leader)
+    assert not follower.heard_from_majority() and follower.majority_silence_ms() == math.inf
+    # Cut off, it hears from nobody: past the timeout it no longer claims a majority (and steps down).
+    heal = partition(cluster, leader.member_state.self_id)
+    cut_at = time.monotonic()
+    await until(lambda: not leader.heard_from_majority(), timeout / 1000 + 5, "the cut-off leader to lose its majority")
+    assert time.monotonic() - cut_at >= (timeout - cluster.timings["heart_beat_time_interval_ms"]) / 1000
+    heal()
+    new = await cluster.leader()
+    await until(new.heard_from_majority, 5, "the new leader to hear from a majority")

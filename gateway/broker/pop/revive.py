@@ -8,22 +8,28 @@ time seen (or, at the queue's end, the clock) is more than two seconds past its 
 delivered at the revive time itself, are in. Checkpoints are revived in queue order and the offset of the
 last one revived is committed: after a restart the queue is read again from there, which finds the
 checkpoints still pending and their acks.
+
+On a DLedger ledger a re-put is stored once a majority holds its entry: a checkpoint's offset is committed only
+once every re-put of it (or the checkpoint put again for one that failed) is stored, in queue order. When one
+is not, nothing of that queue is committed past it any more: a new master (or a restart) revives from there.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting.extra_info import PopRecordError, parse_normal_topic, pop_retry_topic
 from gateway.remoting.message import MessageConst, MessageExt, RecordError, decode_records
 from gateway.remoting.names import RETRY_GROUP_TOPIC_PREFIX
-from gateway.store.api import GetMessageStatus
+from gateway.store.api import GetMessageStatus, PutMessageResult
 from gateway.store.commit_log import now_ms
 
-from ..inner import inner_from_ext, put_now
+from ..inner import inner_from_ext, when_put
 from .records import (
     ACK_TAG,
     ACK_TIME_INTERVAL,
@@ -54,6 +60,14 @@ _CK_REWRITE_INTERVALS = (10, 20, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540,
 
 
 @dataclass(slots=True)
+class _Revived:
+    """A revived checkpoint whose re-puts await their commit: its offset is committed once none is left."""
+
+    offset: int
+    left: int
+
+
+@dataclass(slots=True)
 class _ReviveQueue:
     """What one revive queue has read and not yet revived."""
 
@@ -66,6 +80,9 @@ class _ReviveQueue:
     skip: int = 0
     # The offset of the first checkpoint passed over at MAX_PENDING, to read again from.
     rewind: int | None = None
+    # Revived checkpoints, in queue order, not yet committed; stuck once a re-put of one was not stored.
+    revived: deque[_Revived] = field(default_factory=deque)
+    stuck: bool = False
 
 
 class PopReviveService:
@@ -171,25 +188,52 @@ class PopReviveService:
 
     def _revive_due(self, queue: _ReviveQueue) -> None:
         broker = self.broker
-        committed = None
         for ck in sorted(queue.checkpoints.values(), key=lambda c: c.revive_offset):
             if queue.end_time - ck.revive_time <= ACK_TIME_INTERVAL + SECOND:
                 break
             del queue.checkpoints[ck.merge_key]
-            committed = ck.revive_offset
+            revived = _Revived(ck.revive_offset, 0)
+            queue.revived.append(revived)
             if broker.topics.select(parse_normal_topic(ck.topic, ck.cid)) is None:
                 log.warn("reviveQueueId={qid}, can not get normal topic {topic}", qid=queue.queue_id, topic=ck.topic)
                 continue
             if broker.groups.find(ck.cid) is None:
                 log.warn("reviveQueueId={qid}, can not get cid {cid}", qid=queue.queue_id, cid=ck.cid)
                 continue
-            self._revive_checkpoint(queue, ck)
-        if committed is not None:
-            broker.offsets.commit_offset(REVIVE_GROUP, self.pop.revive_topic, queue.queue_id, committed)
+            awaited = self._revive_checkpoint(queue, ck)
+            revived.left = len(awaited)
+            for stored in awaited:
+                stored.addCallback(self._re_put_stored, queue, revived)
+        self._commit(queue)
         if queue.rewind is not None and len(queue.checkpoints) < MAX_PENDING:
             queue.next_offset, queue.rewind = queue.rewind, None
 
-    def _revive_checkpoint(self, queue: _ReviveQueue, ck: PopCheckPoint) -> None:
+    def _re_put_stored(self, stored: bool, queue: _ReviveQueue, revived: _Revived) -> None:
+        if not stored and not queue.stuck:
+            queue.stuck = True
+            log.warn(
+                "reviveQueueId={qid}, a re-put of the checkpoint at offset {offset} was not stored: its offset is "
+                "no longer committed, a new master revives from the last committed one",
+                qid=queue.queue_id,
+                offset=revived.offset,
+            )
+        revived.left -= 1
+        self._commit(queue)
+
+    def _commit(self, queue: _ReviveQueue) -> None:
+        """Commit the revive offset of the checkpoints revived in order whose re-puts are all stored."""
+        if queue.stuck or not any(q is queue for q in self.queues):  # or started again since (a new master)
+            return
+        committed = None
+        while queue.revived and queue.revived[0].left == 0:
+            committed = queue.revived.popleft().offset
+        if committed is not None:
+            self.broker.offsets.commit_offset(REVIVE_GROUP, self.pop.revive_topic, queue.queue_id, committed)
+
+    def _revive_checkpoint(self, queue: _ReviveQueue, ck: PopCheckPoint) -> list[Deferred[bool]]:
+        """Re-put every unacknowledged message of ``ck`` (or a checkpoint of it when that fails); returns the
+        outcomes whose commit is awaited."""
+        awaited: list[Deferred[bool]] = []
         for index in range(ck.num):
             if ck.bit_map >> index & 1:
                 continue
@@ -200,8 +244,13 @@ class PopReviveService:
                     "reviveQueueId={qid}, no message for {ck} at {offset}", qid=queue.queue_id, ck=ck, offset=offset
                 )
                 continue
-            if not self._revive_retry(ck, ext):
-                self._re_put_checkpoint(queue, ck, offset)
+            retried = self._revive_retry(ck, ext)
+            if isinstance(retried, Deferred):
+                # Not stored: a checkpoint of it instead, as when the store refuses it at once.
+                awaited.append(retried.addCallback(lambda ok, at=offset: ok or self._re_put_checkpoint(queue, ck, at)))
+            elif not retried and isinstance(put := self._re_put_checkpoint(queue, ck, offset), Deferred):
+                awaited.append(put)
+        return awaited
 
     def _business_message(self, ck: PopCheckPoint, offset: int) -> MessageExt | None:
         result = self.broker.store.get_message(ck.cid, ck.topic, ck.queue_id, offset, 1)
@@ -213,8 +262,9 @@ class PopReviveService:
             return None
         return ext if ext.queue_offset == offset else None
 
-    def _revive_retry(self, ck: PopCheckPoint, ext: MessageExt) -> bool:
-        """reviveRetry: the message again, in the pop retry topic's queue 0, one more reconsume time."""
+    def _revive_retry(self, ck: PopCheckPoint, ext: MessageExt) -> bool | Deferred[bool]:
+        """reviveRetry: the message again, in the pop retry topic's queue 0, one more reconsume time; whether it
+        is stored (on a DLedger ledger, a Deferred of it)."""
         broker = self.broker
         topic = ck.topic if ck.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else pop_retry_topic(ck.topic, ck.cid)
         props = dict(ext.properties)
@@ -223,7 +273,9 @@ class PopReviveService:
         msg = inner_from_ext(ext, topic, 0, props, reconsume_times=ext.reconsume_times + 1)
         msg.born_host = msg.store_host = broker.store_host
         self.pop.add_retry_topic_if_not_exist(topic, ck.cid)
-        result = put_now(broker.store, msg)
+        return when_put(broker.store.put_message(msg), lambda result: self._retried(result, ck, ext, topic))
+
+    def _retried(self, result: PutMessageResult, ck: PopCheckPoint, ext: MessageExt, topic: str) -> bool:
         self.pop.revive_retry[(ck.cid, ck.topic, result.status.name)] += 1
         if not result.ok:
             log.error(
@@ -236,7 +288,7 @@ class PopReviveService:
         self.pop.inflight.decrement(ck.topic, ck.cid, ck.pop_time, ck.queue_id, 1)
         return True
 
-    def _re_put_checkpoint(self, queue: _ReviveQueue, old: PopCheckPoint, offset: int) -> None:
+    def _re_put_checkpoint(self, queue: _ReviveQueue, old: PopCheckPoint, offset: int) -> bool | Deferred[bool]:
         """rePutCK: a checkpoint of the one message that could not be revived, due again a while later."""
         times = old.parse_re_put_times()
         invisible = old.invisible_time
@@ -255,4 +307,4 @@ class PopReviveService:
             broker_name=old.broker_name,
             re_put_times=str(times + 1),
         )
-        self.pop.append_checkpoint(ck, queue.queue_id)
+        return self.pop.append_checkpoint(ck, queue.queue_id)

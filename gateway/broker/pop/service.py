@@ -7,14 +7,15 @@ import itertools
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from gateway.remoting.codes import PermName
 from gateway.remoting.message import MessageConst, properties_to_string, tags_code
-from gateway.store.api import MessageExtBrokerInner
+from gateway.store.api import MessageExtBrokerInner, PutMessageResult
 from gateway.store.commit_log import now_ms
 
-from ..inner import put_now
+from ..inner import when_put
 from .inflight import PopInflightCounter
 from .records import ACK_TIME_INTERVAL, CK_TAG, RETRY_QUEUE_NUM, AckMsg, PopCheckPoint, revive_topic
 
@@ -54,12 +55,13 @@ class PopService:
     def is_revive_qid(self, revive_qid: int) -> bool:
         return 0 <= revive_qid < self.broker.config.reviveQueueNum
 
-    def append_checkpoint(self, ck: PopCheckPoint, revive_qid: int) -> bool:
-        """Store ``ck``, delivered to its revive queue one second before its revive time (buildCkMsg)."""
+    def append_checkpoint(self, ck: PopCheckPoint, revive_qid: int) -> bool | Deferred[bool]:
+        """Store ``ck``, delivered to its revive queue one second before its revive time (buildCkMsg); whether it
+        is stored (on a DLedger ledger, a Deferred of it: a majority holds it)."""
         deliver_ms = ck.revive_time - ACK_TIME_INTERVAL
         return self._put(revive_qid, CK_TAG, ck.encode(), ck.unique_id, deliver_ms, ck.cid, ck.topic, "CK", str(ck))
 
-    def append_ack(self, ack: AckMsg, revive_qid: int, deliver_ms: int) -> bool:
+    def append_ack(self, ack: AckMsg, revive_qid: int, deliver_ms: int) -> bool | Deferred[bool]:
         """Store ``ack``, delivered to its revive queue at ``deliver_ms`` (the acked pop's revive time)."""
         group, topic = ack.consumer_group, ack.topic
         return self._put(revive_qid, ack.tag, ack.encode(), ack.unique_id, deliver_ms, group, topic, "ACK", str(ack))
@@ -75,7 +77,7 @@ class PopService:
         topic: str,
         kind: str,
         what: str,
-    ) -> bool:
+    ) -> bool | Deferred[bool]:
         broker = self.broker
         props = {
             MessageConst.TAGS: tag,
@@ -98,7 +100,9 @@ class PopService:
         if refused is not None:
             log.error("pop: {what} not stored: {remark}", what=what, remark=refused)
             return False
-        result = put_now(broker.store, msg)
+        return when_put(broker.store.put_message(msg), lambda result: self._stored(result, group, topic, kind, what))
+
+    def _stored(self, result: PutMessageResult, group: str, topic: str, kind: str, what: str) -> bool:
         self.revive_put[(group, topic, kind, result.status.name)] += 1
         if not result.ok:
             log.error("pop: {what} not stored: {status}", what=what, status=result.status.name)

@@ -5,6 +5,10 @@ Messages of the topic go out as stored; those of the retry topic under the topic
 property. The answer's startOffsetInfo/msgOffsetInfo say, per queue read, where the checkpoint starts and
 which offsets it holds (ExtraInfoUtil), from which clients build each message's POP_CK. A pop that finds
 nothing waits up to its pollTime (gateway.broker.pop.polling).
+
+On a DLedger ledger a checkpoint is stored once a majority holds it: as Apache's pop, which holds the queue's
+lock until then, the group's offset moves once it is, and the queue is not popped meanwhile. When it is not
+stored the offset stays: the messages are popped again (never left without a checkpoint).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred
 
 from gateway.filter import Expression, FilterError, compile_expression, is_tag_type
 from gateway.remoting.bodies import SubscriptionData
@@ -83,6 +89,8 @@ class PopMessageProcessor:
         self.broker = broker
         self.polling = PopLongPollingService(broker.config, broker.reactor, self.execute_held)
         self.random = random.Random()
+        # (topic, group, queue id) whose checkpoint awaits its commit: not popped meanwhile.
+        self._checkpointing: set[tuple[str, str, int]] = set()
 
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.POP_MESSAGE: self.process}
@@ -208,7 +216,7 @@ class PopMessageProcessor:
             if broker.orderly.blocked(header.attempt_id, topic, group, queue_id, header.invisible_time):
                 return  # its previous batch holds it; that backlog is not counted (gateway.broker.pop.orderly)
             broker.pop.inflight.clear(topic, group, queue_id)  # what it held before is returned again
-        if ctx.wanted <= 0:  # full: only counted in restNum
+        if ctx.wanted <= 0 or (topic, group, queue_id) in self._checkpointing:  # only counted in restNum
             offset = self.pop_offset(topic, group, queue_id, header.init_mode, commit=False)
             ctx.rest_num += store.get_max_offset_in_queue(topic, queue_id) - offset
             return
@@ -237,10 +245,14 @@ class PopMessageProcessor:
                     queue_offsets,
                 )
             else:
-                if not self.append_checkpoint(ctx, topic, queue_id, offset, queue_offsets):
+                stored = self.append_checkpoint(ctx, topic, queue_id, offset, queue_offsets)
+                if not stored:
                     ctx.rest_num += result.max_offset - offset
                     return
-                broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
+                if isinstance(stored, Deferred):
+                    self._when_checkpoint_stored(stored, ctx, topic, queue_id, result)
+                else:
+                    broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
             append_offset_info(ctx.start_offset_info, topic, queue_id, offset)
             append_offset_info(ctx.msg_offset_info, topic, queue_id, queue_offsets)
             broker.message_counts.pulled(topic, group, queue_id, result.message_count, result.buffer_total_size, None)
@@ -250,10 +262,30 @@ class PopMessageProcessor:
             broker.offsets.commit_offset(group, topic, queue_id, result.next_begin_offset)
         ctx.rest_num += result.max_offset - result.next_begin_offset
 
+    def _when_checkpoint_stored(
+        self, stored: Deferred[bool], ctx: PopContext, topic: str, queue_id: int, result: GetMessageResult
+    ) -> None:
+        """Move the group's offset past the popped messages once their checkpoint is stored; else leave it, so
+        they are popped again, and count them out of flight."""
+        group = ctx.header.consumer_group
+        key = (topic, group, queue_id)
+        self._checkpointing.add(key)
+        pop_time, count, next_offset = ctx.pop_time, result.message_count, result.next_begin_offset
+
+        def settled(ok: bool) -> None:
+            self._checkpointing.discard(key)
+            if ok:
+                self.broker.offsets.commit_offset(group, topic, queue_id, next_offset)
+            else:
+                self.broker.pop.inflight.decrement(topic, group, pop_time, queue_id, count)
+
+        stored.addCallback(settled)
+
     def append_checkpoint(
         self, ctx: PopContext, topic: str, queue_id: int, offset: int, queue_offsets: list[int]
-    ) -> bool:
-        """Store the checkpoint of the messages just read from one queue (appendCheckPoint)."""
+    ) -> bool | Deferred[bool]:
+        """Store the checkpoint of the messages just read from one queue (appendCheckPoint); whether it is
+        stored (on a DLedger ledger, a Deferred of it)."""
         header = ctx.header
         ck = PopCheckPoint(
             start_offset=offset,

@@ -6,6 +6,10 @@ appended again with TRANSACTION_CHECK_TIMES + 1 and a CHECK_TRANSACTION_STATE na
 a live producer of its group, which answers with END_TRANSACTION; the scan's offset then moves past the
 old copy. After ``transactionCheckMax`` checks, or once older than ``fileReservedTime``, a half goes to
 TRANS_CHECK_MAX_TIME_TOPIC instead.
+
+On a DLedger ledger a copy is stored once a majority holds its entry. As Apache's check, which waits for that
+commit, the offset moves past a half only once its copy is stored (meanwhile its queue is not checked again);
+when a copy fails the next pass reads the queue again from that half.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
 
 from gateway.remoting.codes import PermName, RequestCode
@@ -22,7 +27,7 @@ from gateway.remoting.message import MessageConst, MessageExt, encode_record, pr
 from gateway.remoting.names import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from gateway.store.api import PutMessageResult
 
-from ..inner import decided_now, inner_from_ext, packed_host, put_now, stored_now
+from ..inner import inner_from_ext, packed_host, put_now, when_put
 from .bridge import REMOVE_TAG, QueueRead, TransactionalMessageBridge
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ class TransactionalMessageService:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
         self.bridge = TransactionalMessageBridge(broker)
+        self._awaiting: set[int] = set()  # half queues whose last pass's copies await their commit
 
     def delete_prepare_message(self, half: MessageExt) -> bool:
         return self.bridge.put_op_message(half)
@@ -67,6 +73,8 @@ class TransactionalMessageService:
                 log.failure("transaction check of half queue {queue_id} failed", queue_id=queue_id)
 
     def _check_queue(self, queue_id: int, timeout: int, check_max: int) -> None:
+        if queue_id in self._awaiting:
+            return  # read again once the last pass's copies are stored (or not)
         bridge = self.bridge
         start = _now()
         half_offset = bridge.fetch_consume_offset(TRANS_HALF_TOPIC, queue_id)
@@ -76,6 +84,7 @@ class TransactionalMessageService:
         op_read = self._fill_op_remove_map(remove_map, queue_id, op_offset, half_offset, done_op)
         null_count = 1
         new_offset = i = half_offset
+        copies: list[tuple[int, Deferred[bool]]] = []  # (half queue offset, its copy stored) awaiting commit
         while _now() - start <= MAX_PROCESS_TIME_LIMIT:
             if i in remove_map:
                 done_op.append(remove_map.pop(i))
@@ -100,9 +109,13 @@ class TransactionalMessageService:
                 if immunity_s is not None:
                     seconds = _long(immunity_s)
                     immunity = timeout if seconds == -1 else seconds * 1000
-                    if age < immunity and self._check_prepare_queue_offset(remove_map, done_op, half):
-                        i = new_offset = i + 1
-                        continue
+                    if age < immunity:
+                        renewed = self._check_prepare_queue_offset(remove_map, done_op, half)
+                        if isinstance(renewed, Deferred):
+                            copies.append((i, renewed))
+                        if renewed:
+                            i = new_offset = i + 1
+                            continue
                 elif 0 <= age < immunity:
                     break  # too young; so is everything after it
                 ops = op_read.messages
@@ -111,8 +124,11 @@ class TransactionalMessageService:
                     or (ops is not None and ops[-1].born_timestamp - start > timeout)
                     or age <= -1
                 ):
-                    if not self._put_back_half_msg_queue(half):
+                    put_back = self._put_back_half_msg_queue(half)
+                    if put_back is False:
                         break  # the store refuses writes: try again on the next pass
+                    if isinstance(put_back, Deferred):
+                        copies.append((i, put_back))
                 else:
                     # The op queue may yet say this half is done: read further before deciding.
                     op_read = self._fill_op_remove_map(
@@ -120,6 +136,9 @@ class TransactionalMessageService:
                     )
                     continue
             i = new_offset = i + 1
+        if copies:
+            self._when_copies_stored(queue_id, copies, new_offset)
+            new_offset = copies[0][0]
         if new_offset != half_offset:
             bridge.update_consume_offset(TRANS_HALF_TOPIC, queue_id, new_offset)
         new_op_offset = op_offset
@@ -129,6 +148,26 @@ class TransactionalMessageService:
             new_op_offset += 1
         if new_op_offset != op_offset:
             bridge.update_consume_offset(TRANS_OP_HALF_TOPIC, queue_id, new_op_offset)
+
+    def _when_copies_stored(self, queue_id: int, copies: list[tuple[int, Deferred[bool]]], new_offset: int) -> None:
+        """Move the half queue's offset to ``new_offset`` once every copy is stored, else to the first half whose
+        copy failed; the queue is not checked meanwhile."""
+        self._awaiting.add(queue_id)
+
+        def settled(results: list[tuple[bool, bool]]) -> None:
+            self._awaiting.discard(queue_id)
+            failed = [i for (i, _), (_, stored) in zip(copies, results, strict=True) if not stored]
+            offset = failed[0] if failed else new_offset
+            if failed:
+                log.warn(
+                    "half message at offset {offset} of half queue {queue_id} not put back: checked again",
+                    offset=offset,
+                    queue_id=queue_id,
+                )
+            if offset > self.bridge.fetch_consume_offset(TRANS_HALF_TOPIC, queue_id):
+                self.bridge.update_consume_offset(TRANS_HALF_TOPIC, queue_id, offset)
+
+        DeferredList([d for _, d in copies], consumeErrors=True).addCallback(settled)
 
     def _fill_op_remove_map(
         self, remove_map: dict[int, int], queue_id: int, op_offset: int, min_half_offset: int, done_op: list[int]
@@ -164,8 +203,11 @@ class TransactionalMessageService:
     def _need_skip(self, half: MessageExt) -> bool:
         return _now() - half.born_timestamp > self.broker.store_config.fileReservedTime * 3600 * 1000
 
-    def _check_prepare_queue_offset(self, remove_map: dict[int, int], done_op: list[int], half: MessageExt) -> bool:
-        """A half within its immunity time: done if its first copy's op arrived, else appended again."""
+    def _check_prepare_queue_offset(
+        self, remove_map: dict[int, int], done_op: list[int], half: MessageExt
+    ) -> bool | Deferred[bool]:
+        """A half within its immunity time: done if its first copy's op arrived, else appended again (whether
+        the copy is stored: on a DLedger ledger, once committed)."""
         prepared = half.properties.get(MessageConst.TRANSACTION_PREPARED_QUEUE_OFFSET)
         if prepared is not None:
             first = _long(prepared)
@@ -174,17 +216,12 @@ class TransactionalMessageService:
             if first in remove_map:
                 done_op.append(remove_map.pop(first))
                 return True
-        return stored_now(self.bridge.renew_half_message(half, immunity=True), half.topic).ok
+        return when_put(self.bridge.renew_half_message(half, immunity=True), lambda result: result.ok)
 
-    def _put_back_half_msg_queue(self, half: MessageExt) -> bool:
+    def _put_back_half_msg_queue(self, half: MessageExt) -> bool | Deferred[bool]:
         """Append ``half`` again, then check it back with its producer as the new copy (offsets and id); on a
-        DLedger ledger once the copy is committed. False when the store refuses the copy at once."""
-        put = self.bridge.renew_half_message(half)
-        result = decided_now(put)
-        if result is None:
-            put.addCallback(self._check_back_copy, half)  # type: ignore[union-attr]
-            return True
-        return self._check_back_copy(result, half)
+        DLedger ledger once the copy is committed. False when the store refuses the copy."""
+        return when_put(self.bridge.renew_half_message(half), lambda result: self._check_back_copy(result, half))
 
     def _check_back_copy(self, result: PutMessageResult, half: MessageExt) -> bool:
         if not result.ok or result.append is None:
