@@ -339,6 +339,13 @@ def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Gro
     leader = group.member_at(master)
     transferee = next(i for i in group.brokers if i != leader)
     term = int(runtime_info(master)["dLedgerTerm"])
+    # A member registers as a slave before it hears of a leader: the transferee must follow this one first, else it
+    # answers INCONSISTENT_LEADER.
+    until(
+        lambda: runtime_info(group.brokers[transferee])["dLedgerLeaderId"] == leader,
+        10,
+        "the transferee following the leader",
+    )
     # DLedger's own LEADERSHIP_TRANSFER RPC to the leader, as DLedger's admin tool sends it.
     request = LeadershipTransferRequest(
         group=GROUP, remote_id=leader, leader_id=leader, term=term, transfer_id=leader, transferee_id=transferee
