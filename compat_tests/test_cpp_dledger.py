@@ -13,7 +13,7 @@ import pytest
 if importlib.util.find_spec("rocketmq") is None:
     pytest.skip("PyPI rocketmq==0.4.4 (the C++ client) is not installed", allow_module_level=True)
 
-from tests.broker.test_dledger_group import TOPIC, Group, _bootstrap, settled_route
+from tests.broker.dledger_group import TOPIC, Group, bootstrap, settled_route
 from tests.ha.procs import until
 
 from .test_cpp_client import _unique, check_messages, produce, pull_all
@@ -27,7 +27,7 @@ def test_cpp_producer_and_pull_consumer_on_a_dledger_group(tmp_path: Path) -> No
     group.root.mkdir()
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         settled_route(group, {"n0", "n1", "n2"})
         servers = SimpleNamespace(namesrv_addr=group.namesrv)
         run_id = _unique("dledger")
