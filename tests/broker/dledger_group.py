@@ -174,9 +174,9 @@ class Group:
                 proxy.close()
 
 
-def send(addr: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
+def send(addr: str, body: bytes, queue_id: int = 0, timeout: float = 10.0) -> RemotingCommand:
     req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(TOPIC, {}, queue_id), body)
-    return call(addr, req, 10)
+    return call(addr, req, timeout)
 
 
 def runtime_info(addr: str) -> dict[str, str]:
