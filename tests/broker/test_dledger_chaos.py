@@ -74,15 +74,18 @@ class Sender(threading.Thread):
         self.acks: list[Ack] = []
         self.sent: list[bytes] = []
         self.codes: Counter[int | str] = Counter()
+        self.longest_gap = 0.0  # the longest time between two acknowledgements: how long sends were unavailable
 
     def run(self) -> None:
         master = ""
         i = 0
+        last_ack = time.monotonic()
         while not self.stop_event.is_set():
             if not master:
                 with contextlib.suppress(OSError):
                     master = self.group.route().get(0, "")
                 if not master:
+                    self.codes["no master routed"] += 1
                     time.sleep(0.1)
                     continue
             key = b"s%d-%d" % (self.n, i)
@@ -100,6 +103,9 @@ class Sender(threading.Thread):
             if resp.code == ResponseCode.SUCCESS:
                 header = SendMessageResponseHeader.decode(resp.ext_fields)
                 self.acks.append(Ack(key, header.queue_id, header.queue_offset, header.msg_id))
+                now = time.monotonic()
+                self.longest_gap = max(self.longest_gap, now - last_ack)
+                last_ack = now
             else:
                 master = ""
                 time.sleep(0.05)
@@ -173,6 +179,7 @@ class Schedule:
             while time.monotonic() - started < hold:
                 if awaiting and self.routed_leader() not in (None, leader):
                     self.failovers.append(time.monotonic() - started)
+                    self.done[-1] += f" (new master routed after {self.failovers[-1]:.2f}s)"
                     awaiting = False
                 time.sleep(0.05)
         finally:
@@ -224,7 +231,8 @@ def run_chaos(root: Path, seconds: float) -> None:
         report = (
             f"{what}: {len(schedule.done)} faults [{'; '.join(schedule.done)}], failovers "
             f"{[round(t, 2) for t in schedule.failovers]} s, {len(senders)} senders, "
-            f"{sum(len(s.sent) for s in senders)} sent, {len(acks)} acknowledged, answers "
+            f"{sum(len(s.sent) for s in senders)} sent, {len(acks)} acknowledged, longest wait for an "
+            f"acknowledgement {max(s.longest_gap for s in senders):.2f} s, answers "
             f"{sum((s.codes for s in senders), Counter())}"
         )
         print(report)
