@@ -1,15 +1,15 @@
 """Issue 27: a seeded randomized fault schedule on three of our broker processes as one DLedger group, their
 DLedger links through fault proxies, while senders send uniquely keyed messages and record every acknowledgement.
 
-The faults, one at a time, each undone before the next: SIGKILL and restart, SIGSTOP and SIGCONT, a member's
-links cut both ways (isolated), one link cut or paused one way. At the end, everything healed and caught up, a
-linearizability-style check of the acknowledged sends: each is read back on the master exactly once, at the
-queue offset it was acknowledged with and the commitlog offset its msgId names; no (queue, offset) was
-acknowledged twice; every member serves the same queues and holds byte-identical ledger files over the
-committed range. Unacknowledged sends that were stored anyway are fine and counted.
+The faults, each undone before the next: SIGKILL and restart, SIGSTOP and SIGCONT, a member's links cut both
+ways (isolated), one link cut or paused one way; one in four comes with a second on another member meanwhile.
+At the end, everything healed and caught up, a linearizability-style check of the acknowledged sends: each is
+read back on the master exactly once, at the queue offset it was acknowledged with and the commitlog offset its
+msgId names; no (queue, offset) was acknowledged twice; every member serves the same queues and holds
+byte-identical ledger files over the committed range. Unacknowledged sends stored anyway are fine and counted.
 
-``DLEDGER_CHAOS_SEED`` replays a schedule (it is printed, and named in every failure); the long variant runs
-``DLEDGER_CHAOS_SECONDS`` (180 by default) of faults, only with ``-m chaos`` or ``DLEDGER_CHAOS_LONG=1``.
+``DLEDGER_CHAOS_SEED`` replays a schedule's draws (the seed is printed, and named in every failure); the long
+variant runs ``DLEDGER_CHAOS_SECONDS`` (180 by default) of faults, only with ``-m chaos`` or ``DLEDGER_CHAOS_LONG=1``.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Sender(threading.Thread):
 
 @dataclass
 class Schedule:
-    """Random faults, one at a time, drawn from ``rng``; what was done and how long failovers took."""
+    """Random faults drawn from ``rng``; what was done and how long failovers took."""
 
     group: Group
     rng: random.Random
@@ -145,33 +145,19 @@ class Schedule:
             time.sleep(self.rng.uniform(0.5, 2.0))
 
     def one(self) -> None:
+        """One fault, sometimes (one in four) with a second on another member meanwhile, which may leave no
+        majority; held a random time, then undone."""
         leader = self.leader()
         target = leader if leader and self.rng.random() < 0.5 else self.rng.choice(IDS)
-        kind = self.rng.choice(["kill", "pause", "isolate", "cut-link", "pause-link"])
-        # Some faults end before an election could, most outlast one.
-        hold = self.rng.uniform(0.5, 6.0)
-        undo: Callable[[], None]
-        if kind == "kill":
-            self.group.members[target].kill()
-            undo = lambda: self.group.restart(target)  # noqa: E731
-        elif kind == "pause":
-            proc = self.group.members[target].proc
-            proc.send_signal(signal.SIGSTOP)
-            undo = lambda: proc.send_signal(signal.SIGCONT)  # noqa: E731
-        elif kind == "isolate":
-            self.group.isolate(target)
-            undo = lambda: self.group.rejoin(target)  # noqa: E731
-        else:
-            peer = self.rng.choice([i for i in IDS if i != target])
-            proxy = self.group.outbound[target][peer]
-            target = f"{target}->{peer}"
-            if kind == "cut-link":
-                proxy.cut()
-                undo = proxy.heal
-            else:
-                proxy.pause()
-                undo = proxy.resume
-        self.done.append(f"{kind} {target}{' (leader)' if target == leader else ''} {hold:.1f}s")
+        hold = self.rng.uniform(0.5, 6.0)  # some faults end before an election could, most outlast one
+        kind, what, undo = self.inflict(target)
+        what += " (leader)" if target == leader else ""
+        undos = [undo]
+        if self.rng.random() < 0.25:
+            _, also, undo = self.inflict(self.rng.choice([i for i in IDS if i != target]))
+            what += f" + {also}"
+            undos.append(undo)
+        self.done.append(f"{what} {hold:.1f}s")
         # A new master routed while the old leader is out: the failover time.
         awaiting = target == leader and kind in ("kill", "pause", "isolate")
         started = time.monotonic()
@@ -183,7 +169,29 @@ class Schedule:
                     awaiting = False
                 time.sleep(0.05)
         finally:
-            undo()
+            for undo in reversed(undos):
+                undo()
+
+    def inflict(self, target: str) -> tuple[str, str, Callable[[], None]]:
+        """A random fault on ``target`` (or one of its links): its kind, description and undoing."""
+        kind = self.rng.choice(["kill", "pause", "isolate", "cut-link", "pause-link"])
+        if kind == "kill":
+            self.group.members[target].kill()
+            return kind, f"kill {target}", lambda: self.group.restart(target)
+        if kind == "pause":
+            proc = self.group.members[target].proc
+            proc.send_signal(signal.SIGSTOP)
+            return kind, f"pause {target}", lambda: proc.send_signal(signal.SIGCONT)
+        if kind == "isolate":
+            self.group.isolate(target)
+            return kind, f"isolate {target}", lambda: self.group.rejoin(target)
+        peer = self.rng.choice([i for i in IDS if i != target])
+        proxy = self.group.outbound[target][peer]
+        if kind == "cut-link":
+            proxy.cut()
+            return kind, f"cut-link {target}->{peer}", proxy.heal
+        proxy.pause()
+        return kind, f"pause-link {target}->{peer}", proxy.resume
 
 
 def read_queues(addr: str) -> dict[tuple[int, int], tuple[bytes, int]]:
