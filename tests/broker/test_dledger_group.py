@@ -34,7 +34,9 @@ from tests.broker.dledger_group import (
     QUEUES,
     TOPIC,
     Group,
+    assert_committed_identical,
     bootstrap,
+    caught_up,
     runtime_info,
     send,
     settled_route,
@@ -179,6 +181,8 @@ def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) ->
     route = settled_route(group, {"n0", "n1", "n2"})
     assert route[group.dledger_id(leader)] == master
     until(lambda: set(acked) <= set(bodies(master, TOPIC, QUEUES)), 20, "the restarted member caught up")
+    caught_up(group)
+    assert_committed_identical(group)
 
 
 def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Group) -> None:
@@ -264,5 +268,7 @@ def test_a_frozen_leader_is_replaced_and_when_thawed_follows_without_taking_the_
         resp = send(master, b"to the thawed one")
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert send(new_master, b"to the new one").code == ResponseCode.SUCCESS
+        caught_up(group)
+        assert_committed_identical(group)
     finally:
         group.stop()
