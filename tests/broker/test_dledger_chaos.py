@@ -32,7 +32,7 @@ from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import SendMessageResponseHeader
-from gateway.remoting.message import decode_records
+from gateway.remoting.message import decode_offset_message_id, decode_records, encode_batch
 from tests.broker.dledger_group import (
     QUEUES,
     TOPIC,
@@ -43,7 +43,7 @@ from tests.broker.dledger_group import (
     send,
     settled_route,
 )
-from tests.broker.test_broker_server import pull_request
+from tests.broker.test_broker_server import pull_request, send_header
 from tests.ha.procs import until
 
 IDS = ("n0", "n1", "n2")
@@ -61,19 +61,21 @@ class Ack:
 
     @property
     def commitlog_offset(self) -> int:
-        """The physical offset an offsetMsgId ends with (16 hex digits after the store host's address)."""
-        return int(self.msg_id[-16:], 16)
+        """The physical offset the offsetMsgId names."""
+        return decode_offset_message_id(self.msg_id)[1]
 
 
 class Sender(threading.Thread):
-    """Sends ``s<n>-<i>`` to the master the route names (asked again after any failure) until stopped."""
+    """Sends ``s<n>-<i>`` to the master the route names (asked again after any failure) until stopped, one in
+    five sends a batch of 2 to 4 (``rng`` draws which)."""
 
-    def __init__(self, n: int, group: Group, stop: threading.Event) -> None:
+    def __init__(self, n: int, group: Group, stop: threading.Event, rng: random.Random) -> None:
         super().__init__(daemon=True, name=f"sender-{n}")
-        self.n, self.group, self.stop_event = n, group, stop
+        self.n, self.group, self.stop_event, self.rng = n, group, stop, rng
         self.acks: list[Ack] = []
         self.sent: list[bytes] = []
         self.codes: Counter[int | str] = Counter()
+        self.malformed: list[SendMessageResponseHeader] = []  # acknowledgements not naming each message of a batch
         self.longest_gap = 0.0  # the longest time between two acknowledgements: how long sends were unavailable
 
     def run(self) -> None:
@@ -88,12 +90,13 @@ class Sender(threading.Thread):
                     self.codes["no master routed"] += 1
                     time.sleep(0.1)
                     continue
-            key = b"s%d-%d" % (self.n, i)
+            size = self.rng.randint(2, 4) if self.rng.random() < 0.2 else 1
+            keys = [b"s%d-%d" % (self.n, i + j) for j in range(size)]
             queue_id = i % QUEUES
-            i += 1
-            self.sent.append(key)
+            i += size
+            self.sent += keys
             try:
-                resp = send(master, key, queue_id, SEND_TIMEOUT)
+                resp = send_batch(master, keys, queue_id) if size > 1 else send(master, keys[0], queue_id, SEND_TIMEOUT)
             except OSError:
                 self.codes["no answer"] += 1
                 master = ""
@@ -102,13 +105,23 @@ class Sender(threading.Thread):
             self.codes[resp.code] += 1
             if resp.code == ResponseCode.SUCCESS:
                 header = SendMessageResponseHeader.decode(resp.ext_fields)
-                self.acks.append(Ack(key, header.queue_id, header.queue_offset, header.msg_id))
+                msg_ids = header.msg_id.split(",")  # a batch's, in order, its first at queueOffset
+                if len(msg_ids) != size:
+                    self.malformed.append(header)
+                for j, (key, msg_id) in enumerate(zip(keys, msg_ids, strict=False)):
+                    self.acks.append(Ack(key, header.queue_id, header.queue_offset + j, msg_id))
                 now = time.monotonic()
                 self.longest_gap = max(self.longest_gap, now - last_ack)
                 last_ack = now
             else:
                 master = ""
                 time.sleep(0.05)
+
+
+def send_batch(addr: str, keys: list[bytes], queue_id: int) -> RemotingCommand:
+    body = encode_batch([(0, key, "") for key in keys])
+    header = send_header(TOPIC, {}, queue_id, batch=True)
+    return call(addr, RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, header, body), SEND_TIMEOUT)
 
 
 @dataclass
@@ -216,7 +229,7 @@ def run_chaos(root: Path, seconds: float) -> None:
     print(f"\n{what}")
     group = Group(root, proxied=True, maxWaitAckTimeMs=str(MAX_WAIT_ACK_MS))
     stop = threading.Event()
-    senders = [Sender(n, group, stop) for n in range(rng.randint(2, 4))]
+    senders = [Sender(n, group, stop, random.Random(rng.random())) for n in range(rng.randint(2, 4))]
     schedule = Schedule(group, rng)
     try:
         group.start()
@@ -244,6 +257,7 @@ def run_chaos(root: Path, seconds: float) -> None:
             f"{sum((s.codes for s in senders), Counter())}"
         )
         print(report)
+        assert not [h for s in senders for h in s.malformed], f"batch acknowledgements without a msgId each; {report}"
         # Offsets never reused: no two acknowledgements name one (queue, offset).
         slots = Counter((ack.queue_id, ack.queue_offset) for ack in acks)
         assert not [slot for slot, n in slots.items() if n > 1], f"queue offsets acknowledged twice; {report}"
