@@ -17,7 +17,7 @@ import pytest
 if importlib.util.find_spec("rocketmq") is None:
     pytest.skip("PyPI rocketmq==0.4.4 (the C++ client) is not installed", allow_module_level=True)
 
-from tests.broker.test_dledger_group import TOPIC, Group, _bootstrap, settled_route
+from tests.broker.dledger_group import TOPIC, Group, bootstrap, settled_route
 from tests.ha.procs import until
 
 from .test_cpp_client import Background, _unique, check_messages, produce, pull_all
@@ -31,7 +31,7 @@ def _group(tmp_path: Path) -> tuple[Group, SimpleNamespace]:
     group.root.mkdir()
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         settled_route(group, {"n0", "n1", "n2"})
     except BaseException:
         group.stop()

@@ -17,7 +17,7 @@ from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
 from gateway.dledger.protocol import LeadershipTransferRequest, LeadershipTransferResponse
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.command import RemotingCommand
-from tests.broker.test_dledger_group import GROUP, QUEUES, TOPIC, Group, _bootstrap, runtime_info, send, settled_route
+from tests.broker.dledger_group import GROUP, QUEUES, TOPIC, Group, bootstrap, runtime_info, send, settled_route
 from tests.ha.procs import bodies, until
 
 pytestmark = [
@@ -46,7 +46,7 @@ def test_mixed_group_each_side_leads_in_turn(tmp_path: Path, apache: set[str]) -
     group = Group(tmp_path, apache=apache, timings={})
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 120, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 120, "the topic routed")
         route = settled_route(group, MEMBERS)
         sent: set[bytes] = set()
         for turn in range(2):

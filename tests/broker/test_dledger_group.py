@@ -15,139 +15,41 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call, create_topic_request, free_broker_port, free_port
+from compat_tests.servers import call, create_topic_request
 from gateway.client import blocking
 from gateway.client.producer import build_message
 from gateway.dledger.codes import DLedgerRequestCode, DLedgerResponseCode
 from gateway.dledger.protocol import LeadershipTransferRequest, LeadershipTransferResponse
-from gateway.remoting import fastjson
-from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.codes import ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import decode_records
-from tests.broker.test_broker_server import pull_request, send_header
-from tests.ha.procs import Proc, Producer, bodies, until, write_properties
-from tests.namesrv.support import route_request
+from tests.broker.dledger_group import (
+    ELECTION_TIMEOUT,
+    GROUP,
+    QUEUES,
+    TOPIC,
+    Group,
+    assert_committed_identical,
+    bootstrap,
+    caught_up,
+    runtime_info,
+    send,
+    settled_route,
+)
+from tests.broker.test_broker_server import pull_request
+from tests.ha.procs import Producer, bodies, until
 
-GROUP = "broker-a"
-TOPIC = "DLedgerTopic"
-QUEUES = 4
-HEARTBEAT_MS = 400
-MAX_HEARTBEAT_LEAK = 3
-MAX_VOTE_INTERVAL_MS = 300
-# A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
-# the rest is for a loaded machine (two cores shared by many).
-FAST_TIMINGS = {
-    "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
-    "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
-    "minVoteIntervalMs": "100",
-    "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
-}
-ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
 # SendMessageProcessor.handlePutMessageResult's words, with diskUtil's "CL: %5.2f CQ: %5.2f INDEX: %5.2f".
 SLAVE_REFUSAL = re.compile(
     r"service not available now\. It may be caused by one of the following reasons: the broker's disk is full "
     r"\[CL: +-?\d\.\d\d CQ: +-?\d\.\d\d INDEX: +-?\d\.\d\d\], messages are put to the slave, message store has "
     r"been shut down, etc\."
 )
-
-
-class Group:
-    """Our NameServer and three brokers of one DLedger group, as processes under ``root``."""
-
-    def __init__(self, root: Path, apache: Collection[str] = (), timings: dict[str, str] | None = None, **extra: str):
-        """``apache``: the members that run Apache 4.9.8's broker (ROCKETMQ_BROKER_CLASSPATH); ``timings``:
-        DLedger's for ours (short by default; Apache's broker keeps DLedger's defaults); ``extra``: more lines
-        for every member."""
-        self.root = root
-        self.apache = set(apache)
-        self.timings = FAST_TIMINGS if timings is None else timings
-        self.extra = extra
-        self.procs: list[Proc] = []
-        self.namesrv = ""
-        self.brokers: dict[str, str] = {}  # self id → broker address
-        self.peers: dict[str, str] = {}  # self id → DLedger address
-        self.members: dict[str, Proc] = {}
-        self.metrics: dict[str, int] = {}  # self id → /metrics port
-
-    def start(self) -> Group:
-        port = free_port()
-        conf = write_properties(
-            self.root / "namesrv.properties",
-            {"listenPort": str(port), "bindAddress": "127.0.0.1", "kvConfigPath": str(self.root / "kv.json")},
-        )
-        self.procs.append(Proc("gateway.namesrv", conf, self.root))
-        self.namesrv = f"127.0.0.1:{port}"
-        ids = ["n0", "n1", "n2"]
-        self.peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
-        peers = ";".join(f"{i}-{addr}" for i, addr in self.peers.items())
-        for i in ids:
-            port = free_broker_port()
-            self.metrics[i] = free_port()
-            props = {
-                "brokerClusterName": "DefaultCluster",
-                "brokerName": GROUP,
-                "brokerIP1": "127.0.0.1",
-                "bindAddress": "127.0.0.1",
-                "listenPort": str(port),
-                "namesrvAddr": self.namesrv,
-                "storePathRootDir": str(self.root / i),
-                "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
-                "metricsExporterType": "PROM",
-                "metricsPromExporterHost": "127.0.0.1",
-                "metricsPromExporterPort": str(self.metrics[i]),
-                "enableDLegerCommitLog": "true",
-                "dLegerGroup": GROUP,
-                "dLegerPeers": peers,
-                "dLegerSelfId": i,
-                **self.timings,
-                **self.extra,
-            }
-            conf = self.root / f"broker-{i}.conf"
-            if i in self.apache:
-                from compat_tests.apache_broker import apache_broker_argv
-
-                home = self.root / f"home-{i}"
-                write_properties(conf, props | {"rocketmqHome": str(home)})
-                proc = Proc("", conf, self.root, apache_broker_argv(conf, home))
-            else:
-                proc = Proc("gateway.broker", write_properties(conf, props), self.root)
-            self.procs.append(proc)
-            self.members[i] = proc
-            self.brokers[i] = f"127.0.0.1:{port}"
-        return self
-
-    def route(self) -> dict[int, str]:
-        """The group's brokerAddrs as the NameServer routes TOPIC (id → address); empty until routed."""
-        resp = call(self.namesrv, route_request(TOPIC), 3)
-        if resp.code != ResponseCode.SUCCESS:
-            return {}
-        for data in fastjson.loads(resp.body)["brokerDatas"]:
-            if data["brokerName"] == GROUP:
-                return {int(k): v for k, v in data["brokerAddrs"].items()}
-        return {}
-
-    @staticmethod
-    def dledger_id(self_id: str) -> int:
-        """The brokerId a member registers with as a slave."""
-        return int(self_id[1:]) + 1
-
-    def member_at(self, addr: str) -> str:
-        return next(i for i, a in self.brokers.items() if a == addr)
-
-    def restart(self, self_id: str) -> None:
-        """Start a member again with its configuration and store (after a kill)."""
-        proc = Proc("gateway.broker", self.root / f"broker-{self_id}.conf", self.root)
-        self.procs.append(proc)
-        self.members[self_id] = proc
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
 
 
 @pytest.fixture
@@ -159,46 +61,8 @@ def group(tmp_path: Path) -> Iterator[Group]:
         g.stop()
 
 
-def send(addr: str, body: bytes, queue_id: int = 0) -> RemotingCommand:
-    req = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(TOPIC, {}, queue_id), body)
-    return call(addr, req, 10)
-
-
-def runtime_info(addr: str) -> dict[str, str]:
-    resp = call(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 5)
-    assert resp.code == ResponseCode.SUCCESS
-    return fastjson.loads(resp.body)["table"]
-
-
-def settled_route(group: Group, live: set[str]) -> dict[int, str]:
-    """The route once it holds a master and every live member as a slave under its own id."""
-
-    def settled() -> dict[int, str] | None:
-        route = group.route()
-        if 0 not in route or set(route.values()) != {group.brokers[i] for i in live}:
-            return None
-        master = group.member_at(route[0])
-        slaves = {int(i[1:]) + 1: group.brokers[i] for i in live if i != master}
-        return route if {k: v for k, v in route.items() if k} == slaves else None
-
-    return until(settled, 30, "a master and its slaves in the route")
-
-
-def create_topic(master: str) -> None:
-    header = {
-        "topic": TOPIC,
-        "defaultTopic": "TBW102",
-        "readQueueNums": str(QUEUES),
-        "writeQueueNums": str(QUEUES),
-        "perm": "6",
-        "topicFilterType": "SINGLE_TAG",
-    }
-    resp = call(master, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header), 5)
-    assert resp.code == ResponseCode.SUCCESS, resp.remark
-
-
 def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
-    create_topic_once = until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    create_topic_once = until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
     assert create_topic_once
     route = settled_route(group, {"n0", "n1", "n2"})
     master = route[0]
@@ -272,22 +136,8 @@ def test_three_members_master_slaves_sends_and_failover(group: Group) -> None:
     assert info["dLedgerRole"] == "LEADER" and int(info["dLedgerTerm"]) > term
 
 
-def _bootstrap(group: Group) -> bool:
-    """Create the topic on the master once the group has one (auto-created topics would do too)."""
-    route = group.route() or {}
-    resp = call(group.namesrv, route_request("TBW102"), 3)
-    if resp.code != ResponseCode.SUCCESS:
-        return False
-    for data in fastjson.loads(resp.body)["brokerDatas"]:
-        master = data["brokerAddrs"].get("0")
-        if data["brokerName"] == GROUP and master:
-            create_topic(master)
-            return True
-    return bool(route)
-
-
 def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) -> None:
-    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
     master = settled_route(group, {"n0", "n1", "n2"})[0]
     leader = group.member_at(master)
     current = {"master": master}
@@ -331,10 +181,12 @@ def test_leader_killed_under_load_loses_no_acknowledged_message(group: Group) ->
     route = settled_route(group, {"n0", "n1", "n2"})
     assert route[group.dledger_id(leader)] == master
     until(lambda: set(acked) <= set(bodies(master, TOPIC, QUEUES)), 20, "the restarted member caught up")
+    caught_up(group)
+    assert_committed_identical(group)
 
 
 def test_leadership_transfer_moves_the_master_and_the_route_keeps_one(group: Group) -> None:
-    until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+    until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
     master = settled_route(group, {"n0", "n1", "n2"})[0]
     leader = group.member_at(master)
     transferee = next(i for i in group.brokers if i != leader)
@@ -374,7 +226,7 @@ def test_a_send_no_majority_acknowledges_in_time_is_answered_as_apache(tmp_path:
     group = Group(tmp_path, maxWaitAckTimeMs="200", heartBeatTimeIntervalMs="1000")
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         master = settled_route(group, {"n0", "n1", "n2"})[0]
         leader = group.member_at(master)
         assert send(master, b"in time").code == ResponseCode.SUCCESS
@@ -401,7 +253,7 @@ def test_a_frozen_leader_is_replaced_and_when_thawed_follows_without_taking_the_
     group = Group(tmp_path, registerNameServerPeriod="1000", registerNameServerPeriodMin="1000")
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         master = settled_route(group, {"n0", "n1", "n2"})[0]
         leader = group.member_at(master)
         frozen = group.members[leader].proc
@@ -423,5 +275,7 @@ def test_a_frozen_leader_is_replaced_and_when_thawed_follows_without_taking_the_
         resp = send(master, b"to the thawed one")
         assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE
         assert send(new_master, b"to the new one").code == ResponseCode.SUCCESS
+        caught_up(group)
+        assert_committed_identical(group)
     finally:
         group.stop()
