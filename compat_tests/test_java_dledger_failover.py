@@ -19,8 +19,8 @@ import pytest
 
 from gateway.remoting.codes import ResponseCode
 from gateway.remoting.message import MessageExt, decode_records
+from tests.broker.dledger_group import QUEUES, TOPIC, Group, bootstrap, settled_route
 from tests.broker.test_broker_server import pull_request
-from tests.broker.test_dledger_group import QUEUES, TOPIC, Group, _bootstrap, settled_route
 from tests.ha.procs import until
 
 from .servers import call, jdk_tool
@@ -123,7 +123,7 @@ def test_java_producer_loses_no_acknowledged_message_when_the_leader_is_sigkille
     group.root.mkdir()
     try:
         group.start()
-        until(lambda: group.route() or _bootstrap(group), 30, "the topic routed")
+        until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         master = settled_route(group, {"n0", "n1", "n2"})[0]
         run = uuid.uuid4().hex[:10]
         producer = JavaProducer(classes, tmp_path, group.namesrv, run)
