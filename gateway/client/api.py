@@ -280,6 +280,8 @@ class MQClientAPI:
         answer's startOffsetInfo when the broker has not set it (messages of the topic itself)."""
         response = await self._invoke(addr, _request(RequestCode.POP_MESSAGE, header), timeout)
         _check(response, addr, POP_OK_CODES)
+        if response.code != ResponseCode.SUCCESS and not response.ext_fields:
+            return PopResult(response.code, 0)  # "pop message is timeout too much" has no header (Java reads nulls)
         answer = PopMessageResponseHeader.decode(response.ext_fields)
         result = PopResult(response.code, answer.rest_num)
         if response.code != ResponseCode.SUCCESS:
