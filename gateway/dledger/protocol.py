@@ -155,7 +155,7 @@ class RequestOrResponse:
     def encode(self) -> bytes:
         """The remoting body: ``JSON.toJSONBytes(this)``."""
         # Every key is a string and no value None: orjson writes what fastjson.dumps does, several times faster.
-        return orjson.dumps(self.to_json(), default=_to_json)
+        return orjson.dumps(self.to_json(), default=_to_json, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
     @classmethod
     def from_json(cls, obj: Any) -> Self:
