@@ -431,10 +431,6 @@ class EntryDispatcher:
         self.pusher.wakeup()  # more to push: after the reactor has served the others
 
     def _entry_for_append(self, index: int) -> DLedgerEntry | None:
-        # An append still waiting for its quorum holds the entry as written: no need to read it back.
-        waiting = self.pusher.pending_by_term.get(self.term, {}).get(index)
-        if waiting is not None:
-            return waiting.entry
         try:
             return self.store.get(index)
         except DLedgerError as e:
