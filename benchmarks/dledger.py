@@ -3,6 +3,7 @@
     python -m benchmarks.dledger                            # ours and Apache's, 2 rounds, alternating
     python -m benchmarks.dledger --only apache              # Apache's group alone
     python -m benchmarks.dledger --apache-home DIR --rounds 4 --save run.json
+    python -m benchmarks.dledger --only ours --before DIR    # ours beside ours from another tree (a change's cost)
 
 Each round starts, for each target in turn (the order alternating from round to round), a NameServer and three
 brokers of one DLedger group on temporary stores and loopback ports: ``enableDLegerCommitLog=true``,
@@ -13,7 +14,8 @@ runs ``python -m gateway.namesrv`` and ``python -m gateway.broker -c``; Apache's
 every member names the same leader (DLedger's METADATA RPC on their DLedger ports) and the NameServer routes that
 leader as brokerId 0, sends ``--warmup`` seconds unmeasured, then runs the send phase of ``throughput.py`` against
 the group (16 connections x 4 in flight, 1 KB; each send answered once a majority holds it): msgs/s, p50/p99,
-CPU per 10k messages of the leader, of the two followers and of the group.
+CPU per 10k messages of the leader, of the two followers and of the group. ``--before DIR`` adds the target
+``before``: our group run from the source tree DIR (its C extensions built), to measure a change in one run.
 """
 
 from __future__ import annotations
@@ -92,22 +94,26 @@ def _peers() -> tuple[list[str], str]:
     return addrs, ";".join(f"n{i}-{a}" for i, a in enumerate(addrs))
 
 
-def _python(module: str, conf: Path, root: Path) -> subprocess.Popen[bytes]:
-    """``python -m module -c conf``, its output in ``conf`` with the suffix ``.out``, HOME (its logs) ``root``."""
+def _python(module: str, conf: Path, root: Path, tree: Path | None = None) -> subprocess.Popen[bytes]:
+    """``python -m module -c conf``, its output in ``conf`` with the suffix ``.out``, HOME (its logs) ``root``;
+    the module from the source ``tree`` when given."""
+    env = dict(os.environ, HOME=str(root))
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
     with open(conf.with_suffix(".out"), "wb") as out:  # the child keeps its own descriptor
         command = [sys.executable, "-m", module, "-c", str(conf)]
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, HOME=str(root)))
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tree)
 
 
 @contextlib.contextmanager
-def our_group(args: argparse.Namespace, root: Path) -> Iterator[RunningGroup]:
-    """Our NameServer and three ``python -m gateway.broker`` members."""
+def our_group(args: argparse.Namespace, root: Path, tree: Path | None = None) -> Iterator[RunningGroup]:
+    """Our NameServer and three ``python -m gateway.broker`` members (from the source ``tree`` when given)."""
     ns_port = free_port()
     ns_conf = root / "namesrv.properties"
     ns_conf.write_text(f"listenPort={ns_port}\nbindAddress=127.0.0.1\nkvConfigPath={root / 'kv.json'}\n")
-    namesrv = _python("gateway.namesrv", ns_conf, root)
+    namesrv = _python("gateway.namesrv", ns_conf, root, tree)
     dledger, peers = _peers()
-    group = RunningGroup("ours", f"127.0.0.1:{ns_port}", [], [namesrv])
+    group = RunningGroup("ours" if tree is None else "before", f"127.0.0.1:{ns_port}", [], [namesrv])
     try:
         for i, dledger_addr in enumerate(dledger):
             port = free_broker_port()
@@ -121,7 +127,7 @@ def our_group(args: argparse.Namespace, root: Path) -> Iterator[RunningGroup]:
             }
             conf = root / f"n{i}.conf"
             conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-            proc = _python("gateway.broker", conf, root)
+            proc = _python("gateway.broker", conf, root, tree)
             group.members.append(
                 GroupMember(f"n{i}", f"127.0.0.1:{port}", dledger_addr, proc, conf.with_suffix(".out"))
             )
@@ -213,9 +219,15 @@ def wait_master(group: RunningGroup, leader: GroupMember, timeout: float = 60.0)
         time.sleep(0.2)
 
 
+def before_group(args: argparse.Namespace, root: Path) -> contextlib.AbstractContextManager[RunningGroup]:
+    """Our group from the tree ``--before`` names."""
+    return our_group(args, root, args.before)
+
+
 STARTERS: dict[str, Callable[[argparse.Namespace, Path], contextlib.AbstractContextManager[RunningGroup]]] = {
     "ours": our_group,
     "apache": apache_group,
+    "before": before_group,
 }
 
 
@@ -266,8 +278,22 @@ _RATIOS = (
 )
 
 
+def _ratios(rows: list[dict[str, Any]], target: str, other: str) -> str | None:
+    """The medians of ``target``'s runs over ``other``'s, None unless both ran."""
+    mine = [r for r in rows if r["target"] == target and "failed" not in r]
+    theirs = [r for r in rows if r["target"] == other and "failed" not in r]
+    if not mine or not theirs:
+        return None
+    parts = []
+    for key, label in _RATIOS:
+        a, b = _median(mine, (key,)), _median(theirs, (key,))
+        if a is not None and b:
+            parts.append(f"{label} {a / b:.2f}")
+    return "  " + ", ".join(parts)
+
+
 def render(rows: list[dict[str, Any]]) -> str:
-    """Every run, then the medians of ours over Apache's where both ran."""
+    """Every run, then the medians of ours over Apache's and over ``before``'s where both ran."""
     lines = [
         f"{'target':7} {'leader':6} {'elect s':>7} {'msgs/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "
         f"{'CPU/10k leader/followers/group':>30}"
@@ -284,15 +310,14 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"{r['target']:7} {r['leader']:6} {r['elected_s']:7.1f} {r['rate']:8.0f} {r['p50_ms'] or 0:7.2f} "
             f"{r['p99_ms'] or 0:7.2f} {sum(r['errors'].values()) if r['errors'] else 0:6d} {cpu:>30}"
         )
-    ours = [r for r in rows if r["target"] == "ours" and "failed" not in r]
-    apache = [r for r in rows if r["target"] == "apache" and "failed" not in r]
-    if ours and apache:
-        parts = []
-        for key, label in _RATIOS:
-            a, b = _median(ours, (key,)), _median(apache, (key,))
-            if a is not None and b:
-                parts.append(f"{label} {a / b:.2f}")
-        lines += ["", "ours/Apache, medians (goal: msgs/s >= 1.0; latency and CPU <= 1.0)", "  " + ", ".join(parts)]
+    for target, other, title in (
+        ("ours", "apache", "ours/Apache, medians (goal: msgs/s >= 1.0; latency and CPU <= 1.0)"),
+        ("ours", "before", "ours/before, medians"),
+        ("before", "apache", "before/Apache, medians"),
+    ):
+        ratios = _ratios(rows, target, other)
+        if ratios is not None:
+            lines += ["", title, ratios]
     return "\n".join(lines)
 
 
@@ -307,10 +332,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--elect-timeout", type=float, default=60.0, help="seconds to wait for a leader (default 60)")
     p.add_argument("--apache-home", type=Path, help=f"an Apache 4.9.8 distribution (default: ${CLASSPATH_ENV}'s jars)")
     p.add_argument("--apache-heap", default="1g", help="Apache brokers' -Xms/-Xmx (default 1g)")
+    p.add_argument("--before", type=Path, metavar="DIR", help="also run our group from the source tree DIR")
     p.add_argument("--save", metavar="JSON", help="write every run's figures there")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.duration <= 0 or args.warmup < 0:
         p.error("--rounds must be >= 1, --duration > 0 and --warmup >= 0")
+    if args.before is not None and not (args.before / "gateway" / "broker" / "__main__.py").is_file():
+        p.error(f"--before: {args.before} is not a source tree of the gateway (no gateway/broker/__main__.py)")
     if args.apache_home is not None and not list((args.apache_home / "lib").glob("*.jar")):
         p.error(f"--apache-home: no jars in {args.apache_home / 'lib'}")
     wants_apache = args.only in (None, "apache")
@@ -325,6 +353,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     targets = [args.only] if args.only else ["ours", "apache"]
+    if args.before is not None:
+        targets.append("before")
     rows = []
     for i in range(args.rounds):
         for target in targets if i % 2 == 0 else targets[::-1]:

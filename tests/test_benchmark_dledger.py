@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.dledger import IGNORED_KEY, GroupMember, RunningGroup, render, wait_leader
+from benchmarks.dledger import IGNORED_KEY, GroupMember, RunningGroup, parse_args, render, wait_leader
 from benchmarks.wire import SetupError
 from compat_tests.servers import free_port
 
@@ -70,3 +70,17 @@ def test_render_sets_ours_beside_apache_and_shows_failures() -> None:
     assert "ours    FAILED: why" in text
     assert "msgs/s 1.20, p50 1.00, p99 0.75, group CPU/10k 0.50" in text
     assert "ours/Apache" not in render([rows[1], rows[2]])
+
+
+def test_render_sets_ours_beside_the_tree_before() -> None:
+    rows = [_row("ours", 6000, 30.0, 2.0), _row("before", 4000, 60.0, 2.5)]
+    text = render(rows)
+    assert "ours/before, medians\n  msgs/s 1.50, p50 1.00, p99 0.50, group CPU/10k 0.80" in text
+    assert "ours/Apache" not in text and "before/Apache" not in text
+
+
+def test_before_must_be_a_source_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--only", "ours", "--before", str(tmp_path)])
+    assert e.value.code == 2
+    assert f"--before: {tmp_path} is not a source tree of the gateway" in capsys.readouterr().err

@@ -395,8 +395,7 @@ class DLedgerCommitLog(CommitLog):
     def destroy(self) -> None:
         """Delete the old commitlog and the ledger's files."""
         super().destroy()
-        self.ledger.data.destroy()
-        self.ledger.index.destroy()
+        self.ledger.destroy()
 
 
 def _committed(_: object, append: AppendMessageResult) -> PutMessageResult:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields
 from enum import Enum, IntEnum
 from typing import Any, ClassVar, Self
 
+import orjson
+
 from ..remoting import fastjson
 from .codes import DLedgerRequestCode, DLedgerResponseCode
 from .entry import DLedgerEntry, EntryError
@@ -101,6 +103,13 @@ def _write(value: Any) -> Any:
     return value
 
 
+def _to_json(value: Any) -> Any:
+    """orjson's fallback: a DLedger entry as fastjson writes it."""
+    if isinstance(value, DLedgerEntry):
+        return value.to_json()
+    raise TypeError(f"not a DLedger body value: {type(value).__name__}")
+
+
 # The readers, named as constants so the field declarations below stay plain.
 INT32, INT64, ID, BYTES, PEERS, ENTRY = _int(_INT32), _int(_INT64), _id, _bytes, _peers, _entry
 INT64_LIST, BYTES_LIST, ENTRIES = _list(INT64), _list(_bytes), _list(_entry)
@@ -145,7 +154,8 @@ class RequestOrResponse:
 
     def encode(self) -> bytes:
         """The remoting body: ``JSON.toJSONBytes(this)``."""
-        return fastjson.dumps(self.to_json())
+        # Every key is a string and no value None: orjson writes what fastjson.dumps does, several times faster.
+        return orjson.dumps(self.to_json(), default=_to_json, option=orjson.OPT_PASSTHROUGH_DATACLASS)
 
     @classmethod
     def from_json(cls, obj: Any) -> Self:

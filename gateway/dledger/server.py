@@ -15,7 +15,11 @@ from typing import Any
 from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.error import CannotListenError
+from twisted.internet.interfaces import IReactorThreads
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 
 from .codes import DLedgerError, DLedgerRequestCode, DLedgerResponseCode
 from .config import DLedgerConfig, DLedgerConfigError
@@ -93,6 +97,12 @@ class DLedgerServer(Service):
         self._flush = task.LoopingCall(self._flush_store)
         self._flush.clock = reactor
         self._last_checkpoint_ms = 0.0
+        # DLedger's FlushDataService thread: an fdatasync on the reactor stalled every append and push behind it.
+        # (A reactor without threads, a test's clock, flushes in line.)
+        self._flush_pool: ThreadPool | None = None
+        if IReactorThreads.providedBy(reactor):
+            self._flush_pool = ThreadPool(minthreads=0, maxthreads=1, name="dledger-flush")
+        self._flushing: defer.Deferred[None] | None = None
         self._preferred = task.LoopingCall(self._check_preferred_leader)
         self._preferred.clock = reactor
         self._preferred_start: Any = None
@@ -166,6 +176,8 @@ class DLedgerServer(Service):
         super().startService()
         self.pusher.start()
         self.elector.start()
+        if self._flush_pool is not None:
+            self._flush_pool.start()
         self._flush.start(self.config.flush_file_interval / 1000, now=False)
         self._preferred_start = self.reactor.callLater(
             PREFERRED_LEADER_CHECK_S, self._preferred.start, PREFERRED_LEADER_CHECK_S, True
@@ -189,6 +201,10 @@ class DLedgerServer(Service):
                 loop.stop()
         if self._preferred_start is not None and self._preferred_start.active():
             self._preferred_start.cancel()
+        if self._flushing is not None:
+            yield self._flushing
+        if self._flush_pool is not None and self._flush_pool.started:
+            self._flush_pool.stop()
         yield self.rpc.close()
         if self._owns_store:
             self.store.close()
@@ -196,15 +212,37 @@ class DLedgerServer(Service):
             self.store.flush()
 
     def _flush_store(self) -> None:
-        """DLedger's flush service: write back what was appended; the checkpoint every ``checkPointInterval``."""
+        """DLedger's flush service: write back what was appended; the checkpoint every ``checkPointInterval``.
+        One flush at a time, on the flush thread."""
+        if self._flushing is not None:
+            return
         store = self.store
-        if store.data.wrote_where > store.data.flushed_where or store.index.wrote_where > store.index.flushed_where:
-            store.data.flush()
-            store.index.flush()
+        dirty = store.data.wrote_where > store.data.flushed_where or store.index.wrote_where > store.index.flushed_where
         now = self.reactor.seconds() * 1000
-        if now - self._last_checkpoint_ms >= self.config.check_point_interval:
-            store.persist_checkpoint()
+        checkpoint = now - self._last_checkpoint_ms >= self.config.check_point_interval
+        if checkpoint:
             self._last_checkpoint_ms = now
+        if not dirty and not checkpoint:
+            return
+        if self._flush_pool is None:
+            self._sync(dirty, checkpoint)
+            return
+        d = deferToThreadPool(self.reactor, self._flush_pool, self._sync, dirty, checkpoint)
+        self._flushing = d
+        d.addBoth(self._synced)
+
+    def _sync(self, dirty: bool, checkpoint: bool) -> None:
+        """Blocking: fsync the data and index files (each under its queue's lock), write the checkpoint."""
+        if dirty:
+            self.store.data.flush()
+            self.store.index.flush()
+        if checkpoint:
+            self.store.persist_checkpoint()
+
+    def _synced(self, outcome: Failure | None) -> None:
+        self._flushing = None
+        if isinstance(outcome, Failure):
+            log.failure("[{id}] DLedger flush failed", outcome, id=self.member_state.self_id)
 
     def _role_changed(self, term: int, role: MemberRole) -> None:
         if role is MemberRole.LEADER:

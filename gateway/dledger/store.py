@@ -32,7 +32,7 @@ from gateway.dledger.entry import (
     IndexEntry,
 )
 from gateway.persist import StateFileError, load_with_backup, write_atomically
-from gateway.store.mapped_file import MappedFile, MappedFileQueue, StoreLoadError
+from gateway.store.mapped_file import MappedFile, MappedFileQueue, StoreLoadError, pwrite_all
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,9 @@ class DLedgerFileStore:
         self.committed_index = -1
         self.committed_pos = -1
         self.append_hook: AppendHook | None = None
+        # Per queue, the file appends last went to and a descriptor kept open on it: ``MappedFile.write_at``
+        # opens and closes one for every write, which cost more than the write itself.
+        self._writers: dict[MappedFileQueue, tuple[MappedFile, int]] = {}
 
     # -- appends
 
@@ -178,7 +181,7 @@ class DLedgerFileStore:
             if not blank:
                 raise DLedgerStoreError(DLedgerResponseCode.DISK_ERROR, f"{queue.store_path}: no room for {length}")
             # The bytes after it are zero already: tails are zeroed on truncation and recovery.
-            f.write_at(queue.wrote_where - f.file_from_offset, _BLANK.pack(BLANK_MAGIC_CODE, left))
+            self._write_at(queue, f, queue.wrote_where - f.file_from_offset, _BLANK.pack(BLANK_MAGIC_CODE, left))
             queue.wrote_where = f.end_offset
         return queue.wrote_where
 
@@ -191,8 +194,22 @@ class DLedgerFileStore:
 
     def _append(self, queue: MappedFileQueue, data: bytes) -> None:
         f = self._file_at(queue, queue.wrote_where)
-        f.write_at(queue.wrote_where - f.file_from_offset, data)
+        self._write_at(queue, f, queue.wrote_where - f.file_from_offset, data)
         queue.wrote_where += len(data)
+
+    def _write_at(self, queue: MappedFileQueue, f: MappedFile, pos: int, data: bytes) -> None:
+        """pwrite, as ``MappedFile.write_at`` (not through the mapping: its page faults stall), through the
+        descriptor kept on the queue's file last written."""
+        writer = self._writers.get(queue)
+        if writer is None or writer[0] is not f:
+            self._close_writer(queue)
+            writer = self._writers[queue] = (f, os.open(f.path, os.O_WRONLY))
+        pwrite_all(writer[1], data, pos)
+
+    def _close_writer(self, queue: MappedFileQueue) -> None:
+        writer = self._writers.pop(queue, None)
+        if writer is not None:
+            os.close(writer[1])
 
     # -- reads
 
@@ -266,11 +283,11 @@ class DLedgerFileStore:
             self.committed_pos = -1
         return entry.index
 
-    @staticmethod
-    def _cut(queue: MappedFileQueue, offset: int) -> bool:
+    def _cut(self, queue: MappedFileQueue, offset: int) -> bool:
         """Cut ``queue`` at ``offset``; when no file holds it, drop every file and restart there
         (``rebuildWithPos``).  Returns whether it rebuilt."""
         end = queue.files[-1].end_offset if queue.files else 0
+        self._close_writer(queue)  # its file may go
         rebuild = not queue.files or not queue.min_offset <= offset <= end
         queue.truncate_dirty_files(queue.min_offset if rebuild else offset)
         queue.wrote_where = offset
@@ -318,8 +335,15 @@ class DLedgerFileStore:
     def close(self) -> None:
         """Flush and unmap everything."""
         self.flush()
-        self.data.close()
-        self.index.close()
+        for queue in (self.data, self.index):
+            self._close_writer(queue)
+            queue.close()
+
+    def destroy(self) -> None:
+        """Delete the data and index files."""
+        for queue in (self.data, self.index):
+            self._close_writer(queue)
+            queue.destroy()
 
     # -- load and recovery
 
@@ -327,6 +351,7 @@ class DLedgerFileStore:
         """Load the files and recover: the ledger ends at the last whole entry that continues the log, the index
         file is made to agree with the data files, and anything after is cut."""
         for queue in (self.data, self.index):
+            self._close_writer(queue)
             queue.load()
             self._check_order(queue)
         files = self.data.files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -63,6 +64,32 @@ async def test_appends_commit_on_a_majority_and_reach_followers(cluster: Cluster
         assert commits[member][-1] == 19
         assert commits[member] == sorted(commits[member])
         assert [server.store.get(i).body for i in range(20)] == [f"body-{i}".encode() for i in range(20)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_members_flush_their_files_off_the_reactor(cluster: Cluster) -> None:
+    cluster.start()
+    leader = await cluster.leader()
+    flushed_on: set[int] = set()
+    for server in cluster.servers.values():
+        for queue in (server.store.data, server.store.index):
+            flush = queue.flush
+
+            def spy(*args: Any, flush: Callable[..., int] = flush) -> int:
+                flushed_on.add(threading.get_ident())
+                return flush(*args)
+
+            queue.flush = spy  # type: ignore[method-assign]
+    results = [leader.append(f"body-{i}".encode()) for i in range(20)]
+    await defer.gatherResults([r.committed for r in results])
+
+    def all_flushed() -> bool:
+        queues = [q for s in cluster.servers.values() for q in (s.store.data, s.store.index)]
+        return all(q.flushed_where == q.wrote_where > 0 for q in queues)
+
+    await until(all_flushed, what=lambda: "every member's data and index flushed")
+    # The reactor (this thread) went on serving while the flush thread synced.
+    assert flushed_on and threading.get_ident() not in flushed_on
 
 
 @pytest_twisted.ensureDeferred
