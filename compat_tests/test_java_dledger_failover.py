@@ -7,9 +7,6 @@ named; duplicates (a failed attempt that was stored, then sent again) and the fa
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import threading
 import time
 import uuid
 from collections import Counter
@@ -23,9 +20,9 @@ from tests.broker.dledger_group import QUEUES, TOPIC, Group, bootstrap, settled_
 from tests.broker.test_broker_server import pull_request
 from tests.ha.procs import until
 
-from .servers import call, jdk_tool
+from .java_producer import CLASSPATH, JavaProducer, compile_producer
+from .servers import call
 
-CLASSPATH = os.environ.get("ROCKETMQ_JAVA_CLASSPATH", "").strip()
 if not CLASSPATH:
     pytest.skip(
         "Java client not given: set ROCKETMQ_JAVA_CLASSPATH to the official client's jars", allow_module_level=True
@@ -33,73 +30,10 @@ if not CLASSPATH:
 
 pytestmark = pytest.mark.compat
 
-SOURCE = Path(__file__).resolve().parent / "java_failover" / "FailoverProducer.java"
-
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("java-failover")
-    javac = [jdk_tool("javac"), "-encoding", "UTF-8", "-nowarn", "-d", str(out), "-cp", CLASSPATH, str(SOURCE)]
-    compiled = subprocess.run(javac, capture_output=True, text=True, timeout=180)
-    assert compiled.returncode == 0, compiled.stderr
-    return out
-
-
-class JavaProducer:
-    """FailoverProducer in a child process until its stdin is closed; a thread collects its lines."""
-
-    def __init__(self, classes: Path, tmp_path: Path, namesrv: str, run: str) -> None:
-        logs = tmp_path / "java-logs"
-        logs.mkdir()
-        self.stderr = tmp_path / "java-stderr.txt"
-        self._err = self.stderr.open("w")
-        self.proc = subprocess.Popen(
-            [
-                jdk_tool("java"),
-                "-Xmx256m",
-                f"-Drocketmq.client.logRoot={logs}",
-                "-cp",
-                f"{classes}{os.pathsep}{CLASSPATH}",
-                "FailoverProducer",
-                namesrv,
-                TOPIC,
-                f"java_failover_pg_{run}",
-                run,
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
-        self._pump_thread.start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._lock:
-                self.lines.append(line.rstrip("\n"))
-
-    def of(self, kind: str) -> list[list[str]]:
-        with self._lock:
-            return [line.split(" ", 6)[1:] for line in self.lines if line.startswith(kind + " ")]
-
-    def finish(self) -> str:
-        """Close its stdin and wait for it to end; returns its stderr."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._pump_thread.join(10)
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        self._err.close()
-        return self.stderr.read_text(errors="replace")
+    return compile_producer(tmp_path_factory.mktemp("java-failover"))
 
 
 def read_back(addr: str) -> list[MessageExt]:
@@ -126,7 +60,7 @@ def test_java_producer_loses_no_acknowledged_message_when_the_leader_is_sigkille
         until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
         master = settled_route(group, {"n0", "n1", "n2"})[0]
         run = uuid.uuid4().hex[:10]
-        producer = JavaProducer(classes, tmp_path, group.namesrv, run)
+        producer = JavaProducer(classes, tmp_path, group.namesrv, run, TOPIC)
         try:
             until(lambda: len(producer.of("SENT")) >= 30, 60, "30 sends acknowledged to the Java producer")
             killed_at = time.time()

@@ -25,6 +25,7 @@ from tests.namesrv.support import route_request
 GROUP = "broker-a"
 TOPIC = "DLedgerTopic"
 QUEUES = 4
+COMMITLOG_SIZE = 4 * 1024 * 1024  # mappedFileSizeCommitLog, the size of a ledger's data files too
 HEARTBEAT_MS = 400
 MAX_HEARTBEAT_LEAK = 3
 MAX_VOTE_INTERVAL_MS = 300
@@ -93,7 +94,7 @@ class Group:
                 "listenPort": str(port),
                 "namesrvAddr": self.namesrv,
                 "storePathRootDir": str(self.root / i),
-                "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
+                "mappedFileSizeCommitLog": str(COMMITLOG_SIZE),
                 "metricsExporterType": "PROM",
                 "metricsPromExporterHost": "127.0.0.1",
                 "metricsPromExporterPort": str(self.metrics[i]),

@@ -12,10 +12,8 @@ from pathlib import Path
 
 from compat_tests.servers import free_broker_port
 from gateway.remoting.codes import ResponseCode
-from tests.broker.dledger_group import QUEUES, TOPIC, Group, create_topic, send, settled_route
+from tests.broker.dledger_group import COMMITLOG_SIZE, QUEUES, TOPIC, Group, create_topic, send, settled_route
 from tests.ha.procs import Proc, bodies, until, write_properties
-
-COMMITLOG_SIZE = 4 * 1024 * 1024  # the group's mappedFileSizeCommitLog (a ledger's data files have its size)
 
 
 def _master_slave_store(root: Path) -> set[bytes]:
