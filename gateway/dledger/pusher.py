@@ -485,10 +485,17 @@ class EntryDispatcher:
             self.pending.pop(index, None)
             self.pusher.update_peer_water_mark(term, self.peer_id, index)
             self.pusher.wakeup()
-        elif code is DLedgerResponseCode.INCONSISTENT_STATE:
+        else:
+            self._push_failed(code, "push", epoch, index, term)
+
+    def _push_failed(self, code: DLedgerResponseCode, what: str, epoch: int, index: int, term: int) -> None:
+        """An append push (``what``: push or batch push) not taken: compare again after INCONSISTENT_STATE (when
+        this dispatcher is still in the epoch that pushed), else only log it and let the retry timer push again."""
+        if code is DLedgerResponseCode.INCONSISTENT_STATE:
             log.info(
-                "[Push-{peer}]Get INCONSISTENT_STATE when push index={index} term={term}",
+                "[Push-{peer}]Get INCONSISTENT_STATE when {what} index={index} term={term}",
                 peer=self.peer_id,
+                what=what,
                 index=index,
                 term=term,
             )
@@ -571,24 +578,8 @@ class EntryDispatcher:
             self.batch_pending.pop(first, None)
             self.pusher.update_peer_water_mark(term, self.peer_id, first + count - 1)
             self.pusher.wakeup()
-        elif code is DLedgerResponseCode.INCONSISTENT_STATE:
-            log.info(
-                "[Push-{peer}]Get INCONSISTENT_STATE when batch push index={index} term={term}",
-                peer=self.peer_id,
-                index=first,
-                term=term,
-            )
-            if epoch == self._epoch:
-                self.change_state(-1, PushType.COMPARE)
-                self.pusher.wakeup()
         else:
-            log.warn(
-                "[Push-{peer}]Get error response code {code} index={index} term={term}",
-                peer=self.peer_id,
-                code=code.name,
-                index=first,
-                term=term,
-            )
+            self._push_failed(code, "batch push", epoch, first, term)
 
     def _do_check_batch_append_response(self) -> None:
         water_mark = self.pusher.get_peer_water_mark(self.term, self.peer_id)
