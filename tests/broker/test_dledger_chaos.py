@@ -8,8 +8,9 @@ read back on the master exactly once, at the queue offset it was acknowledged wi
 msgId names; no (queue, offset) was acknowledged twice; every member serves the same queues and holds
 byte-identical ledger files over the committed range. Unacknowledged sends stored anyway are fine and counted.
 
-``DLEDGER_CHAOS_SEED`` replays a schedule's draws (the seed is printed, and named in every failure); the long
-variant runs ``DLEDGER_CHAOS_SECONDS`` (180 by default) of faults, only with ``-m chaos`` or ``DLEDGER_CHAOS_LONG=1``.
+``DLEDGER_CHAOS_SEED`` replays a schedule's draws (the seed is printed, and named in every failure; the short
+variant's default is fixed, the long one's random); the long variant runs ``DLEDGER_CHAOS_SECONDS`` (180 by
+default) of faults, only with ``-m chaos`` or ``DLEDGER_CHAOS_LONG=1``.
 """
 
 from __future__ import annotations
@@ -222,8 +223,9 @@ def read_queues(addr: str) -> dict[tuple[int, int], tuple[bytes, int]]:
     return held
 
 
-def run_chaos(root: Path, seconds: float) -> None:
-    seed = int(os.environ.get("DLEDGER_CHAOS_SEED") or random.randrange(1 << 32))
+def run_chaos(root: Path, seconds: float, seed: int | None = None) -> None:
+    """``seconds`` of faults drawn from ``DLEDGER_CHAOS_SEED``, else ``seed``, else a random one."""
+    seed = int(os.environ.get("DLEDGER_CHAOS_SEED") or (random.randrange(1 << 32) if seed is None else seed))
     rng = random.Random(seed)
     what = f"DLEDGER_CHAOS_SEED={seed}"
     print(f"\n{what}")
@@ -288,7 +290,9 @@ def run_chaos(root: Path, seconds: float) -> None:
 
 
 def test_a_short_random_fault_schedule_loses_no_acknowledged_send(tmp_path: Path) -> None:
-    run_chaos(tmp_path, 20.0)
+    # One known schedule in the default suite (a run of it is still timed by the machine); the long variant draws
+    # a new one each run.
+    run_chaos(tmp_path, 20.0, seed=7)
 
 
 @pytest.fixture
