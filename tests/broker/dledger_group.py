@@ -13,6 +13,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from compat_tests.servers import call, free_broker_port, free_port
+from gateway.dledger.elector import VOTE_WAIT_MS
 from gateway.dledger.entry import INDEX_UNIT_SIZE
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -29,15 +30,16 @@ COMMITLOG_SIZE = 4 * 1024 * 1024  # mappedFileSizeCommitLog, the size of a ledge
 HEARTBEAT_MS = 400
 MAX_HEARTBEAT_LEAK = 3
 MAX_VOTE_INTERVAL_MS = 300
-# A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval;
-# the rest is for a loaded machine (two cores shared by many).
+# A follower calls an election after MAX_HEARTBEAT_LEAK missed heartbeats, then waits up to one vote interval; a
+# vote sent to a frozen member is waited for VOTE_WAIT_MS (DLedger's fixed latch) before the next round; the rest
+# is for a loaded machine (two cores shared by many).
 FAST_TIMINGS = {
     "heartBeatTimeIntervalMs": str(HEARTBEAT_MS),
     "maxHeartBeatLeak": str(MAX_HEARTBEAT_LEAK),
     "minVoteIntervalMs": "100",
     "maxVoteIntervalMs": str(MAX_VOTE_INTERVAL_MS),
 }
-ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
+ELECTION_TIMEOUT = (HEARTBEAT_MS * MAX_HEARTBEAT_LEAK + VOTE_WAIT_MS + 2 * MAX_VOTE_INTERVAL_MS) / 1000 + 4.0
 
 
 class Group:
