@@ -15,10 +15,9 @@ from gateway.client import MessageQueue, MQClientError, blocking, build_message
 from gateway.client.producer import SendResult
 from gateway.dledger.commitlog import DLedgerCommitLog
 from gateway.dledger.store import DLedgerFileStore, DLedgerStoreConfig
-from gateway.remoting.message import decode_offset_message_id, decode_record
+from gateway.remoting.message import decode_offset_message_id
 from gateway.store import DefaultMessageStore, StoreConfig
-from gateway.store.api import GetMessageStatus
-from tests.dledger.conftest import LedgerAppender, result_of
+from tests.dledger.conftest import LedgerAppender, pull, result_of
 from tests.ha.procs import until
 from tests.store.conftest import make_msg
 
@@ -57,17 +56,6 @@ def open_ours(root: Path) -> tuple[DefaultMessageStore, LedgerAppender]:
     return store, appender
 
 
-def pull_all(store: DefaultMessageStore, queue_id: int) -> list:
-    msgs, offset = [], 0
-    while True:
-        result = store.get_message("g", TOPIC, queue_id, offset, 32)
-        assert result is not None
-        if result.status is not GetMessageStatus.FOUND:
-            return msgs
-        msgs += [decode_record(b) for b in result.buffers]
-        offset = result.next_begin_offset
-
-
 def send_when_leader(producer: blocking.Producer, i: int) -> SendResult | None:
     """The broker registers before its member is elected: until then a send fails."""
     try:
@@ -90,7 +78,7 @@ def test_apache_dledger_store_opens_in_ours_and_back(tmp_path: Path) -> None:
     queues = sorted({q for q, _ in sent})
     got = {}
     for queue_id in queues:
-        for m in pull_all(store, queue_id):
+        for m in pull(store, TOPIC, queue_id):
             got[(queue_id, m.queue_offset)] = (m.body, m.msg_id)
             assert decode_offset_message_id(m.msg_id)[1] == m.commitlog_offset
     assert len(got) == COUNT and got == sent  # bodies, queue offsets and physical offsets as Apache gave them
@@ -153,7 +141,7 @@ def test_a_master_slave_store_converts_in_ours_as_in_apache(tmp_path: Path) -> N
 
     # Apache's converted store in ours: the old messages, then Apache's new ones after the divide.
     store, _ = open_ours(theirs / "store")
-    got = {q: pull_all(store, q) for q in range(4)}
+    got = {q: pull(store, TOPIC, q) for q in range(4)}
     store.shutdown()
     expected_old = {q: [f"old-{i}-".encode() * 100 for i in range(q, 1500, 4)] for q in range(4)}
     assert sum(len(msgs) for msgs in got.values()) == 1504

@@ -15,7 +15,9 @@ from gateway.dledger.codes import DLedgerError, DLedgerResponseCode
 from gateway.dledger.commitlog import DLedgerCommitLog
 from gateway.dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry
 from gateway.dledger.store import DLedgerFileStore, DLedgerStoreConfig
+from gateway.remoting.message import decode_record
 from gateway.store import DefaultMessageStore, StoreConfig
+from gateway.store.api import GetMessageStatus
 from tests.store.conftest import small_config
 
 
@@ -126,3 +128,15 @@ def result_of(d: defer.Deferred[Any]) -> Any:
     d.addBoth(out.append)
     assert out, "the Deferred has not fired"
     return out[0]
+
+
+def pull(store: DefaultMessageStore, topic: str = "TopicTest", queue_id: int = 0, offset: int = 0) -> list:
+    """Every message from ``offset`` on, pulled as a consumer does."""
+    msgs = []
+    while True:
+        result = store.get_message("g", topic, queue_id, offset, 32)
+        assert result is not None
+        if result.status is not GetMessageStatus.FOUND:
+            return msgs
+        msgs += [decode_record(b) for b in result.buffers]
+        offset = result.next_begin_offset

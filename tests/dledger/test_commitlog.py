@@ -32,6 +32,7 @@ from tests.dledger.conftest import (
     DLedgerBroker,
     LedgerAppender,
     ledger_config,
+    pull,
     result_of,
     start_dledger_store,
 )
@@ -75,18 +76,6 @@ def test_the_ledger_files_must_be_the_commitlog_files(tmp_path: Path) -> None:
 
 def put(broker: DLedgerBroker, msg: MessageExtBrokerInner) -> object:
     return result_of(broker.store.async_put_message(msg))
-
-
-def pull(store: DefaultMessageStore, topic: str = "TopicTest", queue_id: int = 0, offset: int = 0) -> list:
-    """Every message from ``offset`` on, pulled as a consumer does."""
-    msgs = []
-    while True:
-        result = store.get_message("g", topic, queue_id, offset, 32)
-        assert result is not None
-        if result.status is not GetMessageStatus.FOUND:
-            return msgs
-        msgs += [decode_record(b) for b in result.buffers]
-        offset = result.next_begin_offset
 
 
 def test_put_answers_on_commit_with_offsets_in_the_ledger(dledger_store: Start) -> None:
