@@ -66,7 +66,7 @@ from gateway.remoting.message import (
     java_string_hash,
     properties_to_string,
 )
-from gateway.remoting.names import AUTO_CREATE_TOPIC_KEY_TOPIC, NOT_ALLOWED_SEND_TOPICS, topic_problem
+from gateway.remoting.names import AUTO_CREATE_TOPIC_KEY_TOPIC, NOT_ALLOWED_SEND_TOPICS, group_problem, topic_problem
 
 from . import queues as rq
 
@@ -105,12 +105,15 @@ class SinkSettings:
 
     @classmethod
     def from_options(cls, given: dict[str, str] | Any) -> SinkSettings:
+        """The data source's options (any case); SinkError naming the first bad one."""
         options = rq.lower_keys(given)
         namesrv, access_key, secret_key, tls = rq.connection_options(options, SinkError)
         topic = options.get("topic") or None
         if topic is not None:
             check_topic(topic, "option topic")
         group = options.get("producergroup") or DEFAULT_PRODUCER_GROUP
+        if (problem := group_problem(group)) is not None:
+            raise SinkError(f"option producerGroup: {problem}")
         guarantee = (options.get("deliveryguarantee") or "at-least-once").strip().lower()
         if guarantee not in DELIVERY_GUARANTEES:
             raise SinkError(f"option deliveryGuarantee: one of {', '.join(DELIVERY_GUARANTEES)}, not {guarantee!r}")
@@ -306,6 +309,7 @@ class QueueChooser:
         return found
 
     def master(self, broker_name: str) -> str:
+        """The master address of a broker of a route looked up here."""
         return self._masters[broker_name]
 
     def choose(self, topic: str, sharding_key: str | None) -> MessageQueue:
