@@ -59,6 +59,8 @@ from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from gateway.remoting.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     Message,
     MessageConst,
     MessageSysFlag,
@@ -244,12 +246,22 @@ def row_messages(settings: SinkSettings, schema: StructType, rows: Iterable[Any]
         delay = _value(row, get["delayTimeLevel"]) or 0
         if delay < 0:
             raise SinkError(f"row {n} of the task: column delayTimeLevel is {delay}, not a level (1, 2, ...)")
+        if isinstance(keys, list):
+            keys = [k for k in keys if k]
+        tags = _value(row, get["tags"])
+        props = _value(row, get["properties"])
+        if props:  # a map: a dict, or (key, value) pairs from Arrow
+            props = dict(props)
+            for name, value in props.items():
+                if value is None or not name:
+                    raise SinkError(f"row {n} of the task: column properties: {name!r} has no value")
+        _check_text(n, keys, tags, props)
         msg = build_message(
             topic,
             body,
-            tags=_value(row, get["tags"]),
-            keys=[k for k in keys if k] if isinstance(keys, list) else keys,
-            properties=_value(row, get["properties"]),
+            tags=tags,
+            keys=keys,
+            properties=props,
             delay_level=delay,
             deliver_time_ms=_value(row, get["deliverTimeMs"]),
         )
@@ -259,6 +271,16 @@ def row_messages(settings: SinkSettings, schema: StructType, rows: Iterable[Any]
 
 def _value(row: Any, at: int | None) -> Any:
     return None if at is None else row[at]
+
+
+def _check_text(n: int, keys: str | list[str] | None, tags: str | None, props: dict[str, str] | None) -> None:
+    """No text that goes into the properties string may hold its separators (it would forge properties)."""
+    parts = [tags or "", *(keys if isinstance(keys, list) else [keys or ""])]
+    if props:
+        parts.extend(props)
+        parts.extend(props.values())
+    if any(NAME_VALUE_SEPARATOR in p or PROPERTY_SEPARATOR in p for p in parts):
+        raise SinkError(f"row {n} of the task: keys, tags and properties may not hold characters \\x01 or \\x02")
 
 
 def is_delayed(msg: Message) -> bool:

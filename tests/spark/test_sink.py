@@ -281,6 +281,8 @@ def test_rows_that_cannot_be_messages_fail_the_task_naming_the_row() -> None:
         (Row(body=None, topic=None, delayTimeLevel=None, properties=None), "row 1 of the task: column body is null"),
         (Row(body=b"x", topic="no way", delayTimeLevel=None, properties=None), "row 1 of the task: column topic"),
         (Row(body=b"x", topic=None, delayTimeLevel=-1, properties=None), "delayTimeLevel is -1"),
+        (Row(body=b"x", topic=None, delayTimeLevel=None, properties={"a": None}), "properties: 'a' has no value"),
+        (Row(body=b"x", topic=None, delayTimeLevel=None, properties={"a": "1\x02DELAY\x013"}), r"\\x01 or \\x02"),
     ]:
         with pytest.raises(sink.SinkError, match=message):
             list(sink.row_messages(settings, schema, [good, bad]))
