@@ -252,6 +252,7 @@ def test_tls_options_reach_an_enforcing_mutual_tls_cluster(
         ({"namesrvAddr": "127.0.0.1:1", "topic": "bad topic!"}, "option topic"),
         ({"namesrvAddr": "127.0.0.1:1", "topic": "SCHEDULE_TOPIC_XXXX"}, "forbidden"),
         ({"namesrvAddr": "127.0.0.1:1", "accessKey": "ak"}, "accessKey and secretKey"),
+        ({"namesrvAddr": "127.0.0.1:1", "tls.enable": "maybe"}, "tls.enable"),
         ({"namesrvAddr": "127.0.0.1:1", "deliveryGuarantee": "at-most-once"}, "deliveryGuarantee"),
         ({"namesrvAddr": "127.0.0.1:1", "producerGroup": "a b"}, "option producerGroup"),
         ({"namesrvAddr": "127.0.0.1:1", "maxInFlightBatches": "0"}, "maxInFlightBatches: 0 is not between 1 and 64"),
