@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from . import queues as rq
-from .columns import RecordColumns
+from .columns import record_columns
 
 SCHEMA = StructType(
     [
@@ -51,6 +51,7 @@ SCHEMA = StructType(
     ]
 )  # fmt: skip
 BATCH_ROWS = 8192  # rows per Arrow batch handed to Spark
+BATCH_BYTES = 64 << 20  # or fewer, when their bodies are this big: a batch's memory stays bounded
 
 
 @dataclass
@@ -94,10 +95,10 @@ def read_batches(settings: rq.Settings, part: QueueRange, schema: StructType) ->
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    columns = RecordColumns()
+    columns = record_columns()
     for body in rq.read_range(settings, part.queue, part.start, part.end):
         columns.add_records(body, part.start, part.end)
-        if len(columns) >= BATCH_ROWS:
+        if len(columns) >= BATCH_ROWS or columns.nbytes >= BATCH_BYTES:
             yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
     if len(columns):
         yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
