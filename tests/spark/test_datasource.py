@@ -15,6 +15,7 @@ from gateway.client import blocking, build_message
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from spark import queues as rq
+from spark.datasource import _ranges
 
 pytestmark = pytest.mark.spark
 
@@ -76,6 +77,27 @@ def test_a_batch_read_returns_the_topic_exactly(spark: Any, servers: GatewayServ
     assert sorted(r.queueOffset for r in part if r.queueId == 0) == [2, 3, 4]
     with pytest.raises(Exception, match="startingOffsets"):
         read(spark, servers, "SparkBatch", startingOffsets="the beginning").collect()
+
+
+def test_min_partitions_splits_the_queues_in_proportion_and_reads_each_offset_once(
+    spark: Any, servers: GatewayServers
+) -> None:
+    q = [rq.Queue("broker-a", i, ("x",)) for i in range(3)]
+    start, end = {"broker-a": {"0": 10, "1": 0, "2": 5}}, {"broker-a": {"0": 110, "1": 3, "2": 5}}
+    ranges = _ranges(q, start, end, 10)  # 100 and 3 offsets to read, queue 2 none
+    assert [(r.queue.queue_id, r.start, r.end) for r in ranges] == [
+        (0, 10 + 10 * i, 20 + 10 * i) for i in range(10)
+    ] + [(1, 0, 3)]
+    assert len(_ranges(q, start, end, 2)) == 2 and len(_ranges(q, {}, {"broker-a": {"0": 2}}, 5)) == 2
+
+    servers.create_topic("SparkSplit", 2)
+    sent = send(servers, "SparkSplit", 120)
+    df = read(spark, servers, "SparkSplit", minPartitions="7")
+    assert df.rdd.getNumPartitions() >= 7  # at least, as Kafka's: 60 + 60 offsets make 4 + 4
+    ids = [r.msgId for r in df.select("msgId").collect()]
+    assert len(ids) == 120 and set(ids) == set(sent)
+    with pytest.raises(Exception, match="option minPartitions must be positive"):
+        read(spark, servers, "SparkSplit", minPartitions="0").collect()
 
 
 def _committed(servers: GatewayServers, group: str, topic: str, queue_id: int) -> int:
