@@ -100,6 +100,26 @@ def test_min_partitions_splits_the_queues_in_proportion_and_reads_each_offset_on
         read(spark, servers, "SparkSplit", minPartitions="0").collect()
 
 
+def test_a_batch_holds_at_most_batch_bytes_of_bodies(servers: GatewayServers, monkeypatch: Any) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark import datasource
+
+    servers.create_topic("SparkBytes", 1)
+    send(servers, "SparkBytes", 300)
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "SparkBytes"})
+    (part,) = datasource.RocketMQBatchReader(settings, {}, datasource.SCHEMA).partitions()
+    monkeypatch.setattr(datasource, "BATCH_BYTES", 1000)  # 125 to 167 bodies of "body-<i>"
+    batches = list(datasource.read_batches(settings, part, datasource.SCHEMA))
+    sizes = [sum(len(body) for body in b.column("body").to_pylist()) for b in batches]
+    # A batch ends after the pull answer (32 bodies of at most 8 bytes) that takes it to 1000 bytes.
+    assert all(1000 <= n < 1000 + 32 * 8 for n in sizes[:-1]) and sizes[-1] < 1000 + 32 * 8
+    assert len(batches) == 3 and sum(b.num_rows for b in batches) == 300
+    assert all(b.schema == to_arrow_schema(datasource.SCHEMA, timezone="UTC") for b in batches)
+    offsets = [o for b in batches for o in b.column("queueOffset").to_pylist()]
+    assert offsets == list(range(300))
+
+
 def _committed(servers: GatewayServers, group: str, topic: str, queue_id: int) -> int:
     request = RemotingCommand.request(
         RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
