@@ -226,7 +226,7 @@ class NativeColumns:
             ("queueOffset", "commitLogOffset", "bornTimestamp", "storeTimestamp", "reconsumeTimes"), fixed, strict=True
         )}  # fmt: skip
         names = ("msgId", "keys", "tags", "bornHost", "storeHost", "body")
-        arrays.update({name: strings(field(name).type, b) for name, b in zip(names, var, strict=False)})
+        arrays.update({name: strings(field(name).type, b) for name, b in zip(names, var[:6], strict=True)})
         arrays.update(_constant_columns(topic, broker, queue_id, n))
         map_type = field("properties").type
         arrays["properties"] = pa.MapArray.from_arrays(
