@@ -93,6 +93,24 @@ var_put(Var *v, const char *src, Py_ssize_t n, int valid)
     return buf_put(&v->valid, &flag, 1);
 }
 
+/* ip:port of packed IPv4 host bytes; the last one a column saw is kept (a queue's rows share a few hosts). */
+typedef struct {
+    unsigned char packed[8];
+    char text[32];
+    int len; /* 0: none yet */
+} HostText;
+
+static int
+put_host(Var *v, HostText *last, const unsigned char *h)
+{
+    if (last->len == 0 || memcmp(last->packed, h, 8) != 0) {
+        memcpy(last->packed, h, 8);
+        last->len = snprintf(last->text, sizeof(last->text), "%u.%u.%u.%u:%d", h[0], h[1], h[2], h[3],
+                             (int)get32(h + 4));
+    }
+    return var_put(v, last->text, last->len, 1);
+}
+
 enum { C_QUEUE_OFFSET, C_COMMITLOG_OFFSET, C_BORN_TS, C_STORE_TS, C_RECONSUME, N_FIXED };
 enum { V_MSG_ID, V_KEYS, V_TAGS, V_BORN_HOST, V_STORE_HOST, V_BODY, V_PROP_KEYS, V_PROP_VALUES, N_VAR };
 
@@ -104,6 +122,7 @@ typedef struct {
     Buf fixed[N_FIXED];
     Var var[N_VAR];
     Buf map_offsets;
+    HostText born_host, store_host;
     Py_ssize_t rows;
 } Columns;
 
@@ -236,14 +255,6 @@ add_properties(Columns *self, const char *s, Py_ssize_t n)
     return buf_i32(&self->map_offsets, (int32_t)keys->offsets.len / 4 - 1);
 }
 
-/* ip:port of packed IPv4 host bytes. */
-static int
-put_host(Var *v, const unsigned char *h)
-{
-    char text[32];
-    int n = snprintf(text, sizeof(text), "%u.%u.%u.%u:%d", h[0], h[1], h[2], h[3], (int)get32(h + 4));
-    return var_put(v, text, n, 1);
-}
 
 /* offsetMsgId: store host, port and commitlog offset in upper-case hex. */
 static int
@@ -357,8 +368,8 @@ add_fast(Columns *self, const unsigned char *b, Py_ssize_t pos, Py_ssize_t total
     rc |= buf_i64(&self->fixed[C_BORN_TS], (int64_t)((uint64_t)get64(r + 40) * 1000u));
     rc |= buf_i64(&self->fixed[C_STORE_TS], (int64_t)((uint64_t)get64(r + 56) * 1000u));
     rc |= buf_i32(&self->fixed[C_RECONSUME], get32(r + 72));
-    rc |= put_host(&var[V_BORN_HOST], r + 48);
-    rc |= put_host(&var[V_STORE_HOST], r + 64);
+    rc |= put_host(&var[V_BORN_HOST], &self->born_host, r + 48);
+    rc |= put_host(&var[V_STORE_HOST], &self->store_host, r + 64);
     rc |= var_put(&var[V_BODY], (const char *)body, body_len, 1);
     if (rc < 0 || add_properties(self, ps, props_len) < 0)
         return -1;
