@@ -145,6 +145,14 @@ valid_utf8(const unsigned char *s, Py_ssize_t n)
 {
     Py_ssize_t i = 0;
     while (i < n) {
+        if (n - i >= 8) {
+            uint64_t eight;
+            memcpy(&eight, s + i, 8);
+            if ((eight & 0x8080808080808080u) == 0) { /* eight ASCII bytes, the usual case */
+                i += 8;
+                continue;
+            }
+        }
         unsigned char c = s[i];
         if (c < 0x80) {
             i++;
