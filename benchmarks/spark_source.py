@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pure", action="store_true", help="also read with the Python decoder, in turns with C")
     p.add_argument("--min-partitions", type=int, help="the source's minPartitions (default: one per queue)")
     args = p.parse_args(argv)
+    if args.min_partitions is not None and args.min_partitions < 1:
+        p.error("--min-partitions must be at least 1")
     with contextlib.ExitStack() as stack:
         namesrv, pid, target = args.namesrv, None, f"namesrv {args.namesrv}"
         if namesrv is None:
