@@ -1,5 +1,6 @@
-"""The optional C hot paths (the remoting codec, gateway/remoting/_codec.c, and the store's records and index
-entries, gateway/store/_store.c); everything else is in pyproject.toml.
+"""The optional C hot paths (the remoting codec, gateway/remoting/_codec.c, the store's records and index entries,
+gateway/store/_store.c, and the Spark source's pulled records into Arrow columns, spark/_columns.c); everything else
+is in pyproject.toml.
 
 ``optional=True``: where no C compiler works, the install goes on without them and the Python code is used.
 """
@@ -15,6 +16,7 @@ setup(
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
             ("gateway.remoting._sender", "gateway/remoting/_sender.c"),
             ("gateway.store._store", "gateway/store/_store.c"),
+            ("spark._columns", "spark/_columns.c"),
         )
     ]
 )

@@ -10,6 +10,11 @@ pipelined pulls ``--repeat`` times, keeping the best: the rate a client without 
 the same backlog with ``spark.read.format("rocketmq")`` into Spark's ``noop`` sink (every row made, nothing written), on
 ``--master`` (default ``local[2]``), ``--repeat`` times; the best run is reported with its ratio to the
 drain. The goal: at least 0.5x of the drain.
+
+``--pure`` also reads with the Python decoder (the fallback where spark/_columns.c is not built), taking turns
+with the C one in the same Spark session, so the two rates are comparable. Each read reports the CPU a row
+cost Spark's JVM and its Python workers (their processes' CPU, on this machine: local masters only).
+``--min-partitions`` passes the source's ``minPartitions``.
 """
 
 from __future__ import annotations
@@ -24,11 +29,42 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.throughput import benchmark, parse_args
+from benchmarks.throughput import _proc_cpu, benchmark, parse_args
 from compat_tests.servers import GatewayServers
 
+PURE_ENV = "ROCKETMQ_GATEWAY_PURE_PYTHON"
 
-def spark_read(namesrv: str, topic: str, master: str, repeat: int) -> list[dict[str, float]]:
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its live descendants (Spark's JVM, its Python workers)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError):
+            parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(child for child, parent in parents.items() if parent == p)
+    return sum(_proc_cpu(p) or 0.0 for p in tree)
+
+
+def _register_pure(spark: Any, source: type) -> str:
+    """The source again as ``rocketmq_pure``, whose Python workers keep to the Python decoder: a Python data
+    source carries the environment its context had when it was registered, and other workers serve it."""
+    pure = type("PureRocketMQDataSource", (source,), {"name": classmethod(lambda cls: "rocketmq_pure")})
+    env = spark.sparkContext.environment
+    env[PURE_ENV] = "1"
+    try:
+        spark.dataSource.register(pure)
+    finally:
+        del env[PURE_ENV]
+    return "rocketmq_pure"
+
+
+def spark_read(
+    namesrv: str, topic: str, master: str, repeat: int, pure: bool = False, min_partitions: int | None = None
+) -> list[dict[str, Any]]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
@@ -44,16 +80,25 @@ def spark_read(namesrv: str, topic: str, master: str, repeat: int) -> list[dict[
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketMQDataSource)
+    sources = ["rocketmq"] + ([_register_pure(spark, RocketMQDataSource)] if pure else [])
+    jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
     runs = []
     try:
         for _ in range(repeat):
-            df = spark.read.format("rocketmq").option("namesrvAddr", namesrv).option("topic", topic).load()
-            started = time.perf_counter()
-            df.write.format("noop").mode("overwrite").save()
-            seconds = time.perf_counter() - started
-            rows = df.count()
-            runs.append({"rows": rows, "seconds": seconds, "rate": rows / seconds})
-            print(f"  spark read: {rows} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s", flush=True)
+            for source in sources:  # in turns, so that both see the same machine
+                df = spark.read.format(source).option("namesrvAddr", namesrv).option("topic", topic)
+                df = (df.option("minPartitions", str(min_partitions)) if min_partitions else df).load()
+                cpu, started = _tree_cpu(jvm), time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                seconds, cpu = time.perf_counter() - started, _tree_cpu(jvm) - cpu
+                rows = df.count()
+                us = cpu / rows * 1e6 if rows else 0.0
+                runs.append({"source": source, "rows": rows, "seconds": seconds, "rate": rows / seconds, "cpu_us": us})
+                print(
+                    f"  spark read ({source}): {rows} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s,"
+                    f" {us:.1f} us CPU a row (JVM and Python workers)",
+                    flush=True,
+                )
     finally:
         spark.stop()
     return runs
@@ -69,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--master", default="local[2]")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--save", metavar="JSON")
+    p.add_argument("--pure", action="store_true", help="also read with the Python decoder, in turns with C")
+    p.add_argument("--min-partitions", type=int, help="the source's minPartitions (default: one per queue)")
     args = p.parse_args(argv)
+    if args.min_partitions is not None and args.min_partitions < 1:
+        p.error("--min-partitions must be at least 1")
     with contextlib.ExitStack() as stack:
         namesrv, pid, target = args.namesrv, None, f"namesrv {args.namesrv}"
         if namesrv is None:
@@ -84,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         raw = benchmark(fill, namesrv, pid, target)
         drain = raw["drain"]
         print(f"  raw drain: {drain['messages']} messages in {drain['seconds']:.2f} s = {drain['rate']:,.0f} msgs/s")
-        runs = spark_read(namesrv, args.topic, args.master, args.repeat)
-    best = max(runs, key=lambda r: r["rate"])
+        runs = spark_read(namesrv, args.topic, args.master, args.repeat, args.pure, args.min_partitions)
+    best = max((r for r in runs if r["source"] == "rocketmq"), key=lambda r: r["rate"])
     ratio = best["rate"] / drain["rate"] if drain["rate"] else 0.0
     results: dict[str, Any] = {
         "target": target,
@@ -97,12 +146,21 @@ def main(argv: list[str] | None = None) -> int:
         "spark_runs": runs,
         "spark_rate": best["rate"],
         "ratio": ratio,
+        "cpu_us": best["cpu_us"],
     }
     print(
         f"\n{target}, {args.messages} x {args.size} B over {args.queues} queues, Spark {args.master}:\n"
         f"  raw drain   {drain['rate']:>12,.0f} msgs/s\n"
-        f"  data source {best['rate']:>12,.0f} rows/s   {ratio:.2f}x of the drain (goal >= 0.50x)"
+        f"  data source {best['rate']:>12,.0f} rows/s   {ratio:.2f}x of the drain (goal >= 0.50x),"
+        f" {best['cpu_us']:.1f} us CPU a row"
     )
+    if args.pure:
+        slow = max((r for r in runs if r["source"] != "rocketmq"), key=lambda r: r["rate"])
+        results.update(pure_rate=slow["rate"], pure_ratio=slow["rate"] / drain["rate"], pure_cpu_us=slow["cpu_us"])
+        print(
+            f"  pure Python {slow['rate']:>12,.0f} rows/s   {results['pure_ratio']:.2f}x of the drain,"
+            f" {slow['cpu_us']:.1f} us CPU a row; C reads {best['rate'] / slow['rate']:.2f}x as fast"
+        )
     if args.save:
         Path(args.save).write_text(json.dumps(results, indent=2) + "\n")
     return 0 if best["rows"] >= args.messages else 1

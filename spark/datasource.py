@@ -4,14 +4,16 @@
     df = (spark.read.format("rocketmq")
           .option("namesrvAddr", "127.0.0.1:9876").option("topic", "TopicTest").load())
 
-One input partition per message queue, found from the topic's route when the query is planned; the
-workers open their own connections in ``read()`` and pull their queue's offset range from its broker, so
-a cluster reads every broker in parallel. Rows come out as Arrow record batches.
+One input partition per message queue (or more, with ``minPartitions``), found from the topic's route when
+the query is planned; the workers open their own connections in ``read()`` and pull their queue's offset
+range from its broker, so a cluster reads every broker in parallel. Rows come out as Arrow record batches.
 
 Options: ``namesrvAddr`` and ``topic`` (required); ``startingOffsets`` (default ``earliest``) and
 ``endingOffsets`` (batch only, default ``latest``): ``earliest``, ``latest`` or JSON
 ``{"broker-a": {"0": 10, "1": 0}}`` (-2 earliest, -1 latest; a queue left out takes the default);
-``maxRecordsPerTrigger`` (streaming); ``consumerGroup``: the group the pulls are made as, whose offsets a
+``maxRecordsPerTrigger`` (streaming); ``minPartitions`` (as Kafka's: split the queues' offset ranges, in
+proportion to their sizes, into at least this many partitions, so more executors read one queue; default:
+one partition per queue); ``consumerGroup``: the group the pulls are made as, whose offsets a
 streaming query commits as Spark commits each batch (when it plans the next one); ``accessKey`` /
 ``secretKey`` (ACL); ``tls.enable`` and the ``tls.client.*`` keys; ``timeoutMs`` per request (10000).
 """
@@ -43,7 +45,7 @@ from pyspark.sql.types import (
 )
 
 from . import queues as rq
-from .columns import RecordColumns
+from .columns import record_columns
 
 SCHEMA = StructType(
     [
@@ -58,6 +60,7 @@ SCHEMA = StructType(
     ]
 )  # fmt: skip
 BATCH_ROWS = 8192  # rows per Arrow batch handed to Spark
+BATCH_BYTES = 64 << 20  # or fewer, when their bodies are this big: a batch's memory stays bounded
 
 
 @dataclass
@@ -98,14 +101,39 @@ class RocketMQDataSource(DataSource):
         return RocketMQStreamReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
 
 
-def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[QueueRange]:
+def positive_option(options: dict[str, str], name: str) -> int | None:
+    """The option ``name`` (its lower-case key in ``options``) as a positive number, if given."""
+    given = options.get(name.lower())
+    if not given:
+        return None
+    try:
+        value = int(given)
+    except ValueError:
+        raise rq.SourceError(f"option {name}: not a number: {given!r}") from None
+    if value <= 0:
+        raise rq.SourceError(f"option {name} must be positive")
+    return value
+
+
+def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets, min_partitions: int | None) -> list[QueueRange]:
     out = []
     for q in qs:
         first = start.get(q.broker, {}).get(str(q.queue_id), 0)
         last = end.get(q.broker, {}).get(str(q.queue_id), first)
         if last > first:
             out.append(QueueRange(q, first, last))
-    return out
+    if min_partitions is None or len(out) >= min_partitions:
+        return out
+    # As Kafka's minPartitions: each range gets a share in proportion to its size (at least one), cut evenly.
+    total = sum(r.end - r.start for r in out)
+    split = []
+    for r in out:
+        size = r.end - r.start
+        parts = min(size, max(1, round(size * min_partitions / total)))
+        split.extend(
+            QueueRange(r.queue, r.start + size * i // parts, r.start + size * (i + 1) // parts) for i in range(parts)
+        )
+    return split
 
 
 def read_batches(settings: rq.Settings, part: QueueRange, schema: StructType) -> Iterator[Any]:
@@ -113,10 +141,10 @@ def read_batches(settings: rq.Settings, part: QueueRange, schema: StructType) ->
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
-    columns = RecordColumns()
+    columns = record_columns()
     for body in rq.read_range(settings, part.queue, part.start, part.end):
         columns.add_records(body, part.start, part.end)
-        if len(columns) >= BATCH_ROWS:
+        if len(columns) >= BATCH_ROWS or columns.nbytes >= BATCH_BYTES:
             yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
     if len(columns):
         yield columns.to_batch(arrow_schema, settings.topic, part.queue.broker, part.queue.queue_id)
@@ -127,12 +155,13 @@ class RocketMQBatchReader(DataSourceReader):
         self.settings = settings
         self.options = options
         self.schema = schema
+        self.min_partitions = positive_option(options, "minPartitions")
 
     def partitions(self) -> list[QueueRange]:
         qs = rq.queues(self.settings)
         start = rq.resolve(self.settings, qs, self.options.get("startingoffsets", ""), "startingOffsets", "earliest")
         end = rq.resolve(self.settings, qs, self.options.get("endingoffsets", ""), "endingOffsets", "latest")
-        return _ranges(qs, start, end)
+        return _ranges(qs, start, end, self.min_partitions)
 
     def read(self, partition: QueueRange) -> Iterator[Any]:  # type: ignore[override]
         return read_batches(self.settings, partition, self.schema)
@@ -145,13 +174,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.settings = settings
         self.options = options
         self.schema = schema
-        limit = options.get("maxrecordspertrigger")
-        try:
-            self.max_records = int(limit) if limit else None
-        except ValueError:
-            raise rq.SourceError(f"option maxRecordsPerTrigger: not a number: {limit!r}") from None
-        if self.max_records is not None and self.max_records <= 0:
-            raise rq.SourceError("option maxRecordsPerTrigger must be positive")
+        self.max_records = positive_option(options, "maxRecordsPerTrigger")
+        self.min_partitions = positive_option(options, "minPartitions")
         self._available_now: rq.Offsets | None = None
 
     def initialOffset(self) -> dict:
@@ -175,7 +199,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict, end: dict) -> list[QueueRange]:
-        return _ranges(rq.queues(self.settings), start, end)
+        return _ranges(rq.queues(self.settings), start, end, self.min_partitions)
 
     def read(self, partition: QueueRange) -> Iterator[Any]:  # type: ignore[override]
         return read_batches(self.settings, partition, self.schema)

@@ -31,7 +31,6 @@ from gateway.remoting.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from gateway.remoting.names import topic_problem
-from gateway.tls.client import ssl_client_context
 from gateway.tls.config import KEYS as TLS_KEYS
 from gateway.tls.config import TlsConfig
 
@@ -112,7 +111,12 @@ class Settings:
 def _ssl_context(tls: tuple[tuple[str, str], ...]) -> ssl.SSLContext | None:
     """The client TLS context of these ``tls.*`` options, made once a process (it reads certificate files)."""
     config = TlsConfig.from_properties(dict(tls), "data source options")
-    return ssl_client_context(config) if config.tlsEnable else None
+    if not config.tlsEnable:
+        return None
+    # Imported here: it brings in Twisted, which costs every Spark Python worker a tenth of a second to import.
+    from gateway.tls.client import ssl_client_context
+
+    return ssl_client_context(config)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from gateway.client import blocking, build_message
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from spark import queues as rq
+from spark.datasource import _ranges
 
 pytestmark = pytest.mark.spark
 
@@ -76,6 +77,47 @@ def test_a_batch_read_returns_the_topic_exactly(spark: Any, servers: GatewayServ
     assert sorted(r.queueOffset for r in part if r.queueId == 0) == [2, 3, 4]
     with pytest.raises(Exception, match="startingOffsets"):
         read(spark, servers, "SparkBatch", startingOffsets="the beginning").collect()
+
+
+def test_min_partitions_splits_the_queues_in_proportion_and_reads_each_offset_once(
+    spark: Any, servers: GatewayServers
+) -> None:
+    q = [rq.Queue("broker-a", i, ("x",)) for i in range(3)]
+    start, end = {"broker-a": {"0": 10, "1": 0, "2": 5}}, {"broker-a": {"0": 110, "1": 3, "2": 5}}
+    ranges = _ranges(q, start, end, 10)  # 100 and 3 offsets to read, queue 2 none
+    assert [(r.queue.queue_id, r.start, r.end) for r in ranges] == [
+        (0, 10 + 10 * i, 20 + 10 * i) for i in range(10)
+    ] + [(1, 0, 3)]
+    assert len(_ranges(q, start, end, 2)) == 2 and len(_ranges(q, {}, {"broker-a": {"0": 2}}, 5)) == 2
+
+    servers.create_topic("SparkSplit", 2)
+    sent = send(servers, "SparkSplit", 120)
+    df = read(spark, servers, "SparkSplit", minPartitions="7")
+    assert df.rdd.getNumPartitions() >= 7  # at least, as Kafka's: 60 + 60 offsets make 4 + 4
+    ids = [r.msgId for r in df.select("msgId").collect()]
+    assert len(ids) == 120 and set(ids) == set(sent)
+    with pytest.raises(Exception, match="option minPartitions must be positive"):
+        read(spark, servers, "SparkSplit", minPartitions="0").collect()
+
+
+def test_a_batch_holds_at_most_batch_bytes_of_bodies(servers: GatewayServers, monkeypatch: Any) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from spark import datasource
+
+    servers.create_topic("SparkBytes", 1)
+    send(servers, "SparkBytes", 300)
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": "SparkBytes"})
+    (part,) = datasource.RocketMQBatchReader(settings, {}, datasource.SCHEMA).partitions()
+    monkeypatch.setattr(datasource, "BATCH_BYTES", 1000)  # 125 to 167 bodies of "body-<i>"
+    batches = list(datasource.read_batches(settings, part, datasource.SCHEMA))
+    sizes = [sum(len(body) for body in b.column("body").to_pylist()) for b in batches]
+    # A batch ends after the pull answer (32 bodies of at most 8 bytes) that takes it to 1000 bytes.
+    assert all(1000 <= n < 1000 + 32 * 8 for n in sizes[:-1]) and sizes[-1] < 1000 + 32 * 8
+    assert len(batches) == 3 and sum(b.num_rows for b in batches) == 300
+    assert all(b.schema == to_arrow_schema(datasource.SCHEMA, timezone="UTC") for b in batches)
+    offsets = [o for b in batches for o in b.column("queueOffset").to_pylist()]
+    assert offsets == list(range(300))
 
 
 def _committed(servers: GatewayServers, group: str, topic: str, queue_id: int) -> int:
