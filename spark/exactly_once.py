@@ -1,0 +1,474 @@
+"""``deliveryGuarantee=exactly-once``: the sink's writes as RocketMQ transactions decided by Spark's commit.
+
+In a task every row is stored as a *half message* (TRAN_MSG=true, PGROUP), invisible to consumers, tagged
+with the write's identity in the :data:`TXN_PROPERTY` property: ``<write id> <batch id> <attempt id>``. The
+write id is the streaming query's id (stable across restarts from its checkpoint) or, for a batch
+``df.write``, a uuid made on the driver; the attempt id is new for every run of a task. The task hands
+the driver what END_TRANSACTION needs for each half message.
+
+On the driver, ``commit`` first records the decision in the *ledger*, the NameServers' KV config
+(namespace :data:`LEDGER_NAMESPACE`, key ``<write id>.<batch id>``): "commit" and the attempt ids whose
+halves it covers. Then it ends those halves with COMMIT, in order per queue, and marks the decision
+ended. ``abort`` records "abort" and ends them with ROLLBACK. A decision, once recorded, stands: a batch
+that Spark runs again (its driver died after the decision, before Spark's own commit log) has its new
+halves rolled back, and the old ones are settled by the check-back.
+
+The check-back: a broker asks a producer of the group (CHECK_TRANSACTION_STATE) about halves nobody
+ended. Every Python worker that ran an exactly-once task keeps a producer of the group registered and
+answers from the ledger (:func:`answer`), so the halves of failed attempts are rolled back and those of a
+decision whose ends were lost are committed once the driver's grace period is over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import WriterCommitMessage
+
+from gateway.acl.signer import SessionCredentials
+from gateway.client import blocking
+from gateway.client.security import ClientSecurity
+from gateway.client.transaction_producer import LocalTransactionState
+from gateway.remoting import fastjson
+from gateway.remoting.blocking import BlockingConnection
+from gateway.remoting.bodies import KVTable, MessageQueue
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import (
+    EndTransactionRequestHeader,
+    GetKVConfigResponseHeader,
+    GetKVListByNamespaceRequestHeader,
+    KVConfigRequestHeader,
+)
+from gateway.remoting.message import Message, MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id
+from gateway.tls.config import TlsConfig
+
+from .queues import _ssl_context
+
+LEDGER_NAMESPACE = "SPARK_ROCKETMQ_EXACTLY_ONCE"
+TXN_PROPERTY = "SPARK_TXN"
+BATCH_WRITE = -1  # the batch id of a (non-streaming) df.write
+DEFAULT_GRACE = 60.0  # seconds the driver has to end a decision's halves before check-backs commit them
+KEEP_PER_WRITE = 16  # a write's newest decisions kept in the ledger: a restarted query re-runs only its last
+RESOLVED_TTL = 3600.0  # seconds an ended or aborted decision is kept at most
+MAX_TTL = 7 * 24 * 3600.0  # seconds any decision is kept
+EXIT_AFTER_DECISION = "ROCKETMQ_SPARK_EOS_EXIT_AFTER_DECISION"  # test hook, see record_decision_hook
+_END_WINDOW = 256
+
+
+class ExactlyOnceError(RuntimeError):
+    """A half message not stored, or a decision not recorded or not carried out."""
+
+
+@dataclass(frozen=True)
+class HalfMessage:
+    """What END_TRANSACTION needs of one stored half message."""
+
+    broker: str
+    addr: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str
+    transaction_id: str | None
+
+
+@dataclass
+class HalvesWritten(WriterCommitMessage):
+    """A task run's half messages, in the order written (so per queue in row order)."""
+
+    write_id: str
+    batch_id: int
+    attempt_id: str
+    halves: list[HalfMessage] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A batch's outcome as the ledger holds it."""
+
+    commit: bool
+    at: float  # epoch seconds, the driver's clock
+    grace: float
+    attempts: frozenset[str] = frozenset()
+    ended: bool = False  # the driver ended every half of the committed attempts
+
+    def to_text(self) -> str:
+        return json.dumps(
+            {
+                "decision": "commit" if self.commit else "abort",
+                "at": int(self.at * 1000),
+                "graceMs": int(self.grace * 1000),
+                "attempts": sorted(self.attempts),
+                "ended": self.ended,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_text(cls, text: str) -> Decision:
+        obj = json.loads(text)
+        return cls(
+            obj["decision"] == "commit",
+            obj["at"] / 1000,
+            obj["graceMs"] / 1000,
+            frozenset(obj.get("attempts", ())),
+            bool(obj.get("ended")),
+        )
+
+
+def answer(decision: Decision | None, attempt_id: str, now: float) -> LocalTransactionState:
+    """The check-back's answer for a half message of ``attempt_id`` whose batch has ``decision``.
+
+    Undecided: unknown (the broker asks again, and gives up after transactionCheckMax: never visible).
+    Aborted, or an attempt the commit does not cover: roll back. Covered by a commit the driver ended:
+    roll back too, since the half asked about is the broker's check copy of one already committed. Covered
+    by a commit not (yet) ended: unknown while the driver may still be ending it, commit after its grace.
+    """
+    if decision is None:
+        return LocalTransactionState.UNKNOW
+    if not decision.commit or attempt_id not in decision.attempts or decision.ended:
+        return LocalTransactionState.ROLLBACK_MESSAGE
+    if now < decision.at + decision.grace:
+        return LocalTransactionState.UNKNOW
+    return LocalTransactionState.COMMIT_MESSAGE
+
+
+def connect(settings: Any, addr: str) -> BlockingConnection:
+    """A blocking connection to ``addr`` with the sink's TLS and ACL settings."""
+    sign = None
+    if settings.access_key and settings.secret_key:
+        sign = SessionCredentials(settings.access_key, settings.secret_key).sign
+    return BlockingConnection(addr, settings.send_timeout, _ssl_context(tuple(sorted(settings.tls.items()))), sign)
+
+
+class Ledger:
+    """Decisions in the NameServers' KV config: written to every NameServer, read from any."""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+
+    @staticmethod
+    def key(write_id: str, batch_id: int) -> str:
+        return f"{write_id}.{batch_id}"
+
+    def get(self, write_id: str, batch_id: int) -> Decision | None:
+        """The recorded decision; None if no NameServer holds one. OSError if none answers."""
+        header = KVConfigRequestHeader(LEDGER_NAMESPACE, self.key(write_id, batch_id))
+        error: OSError | None = None
+        answered = False
+        for addr in self.settings.namesrv:
+            try:
+                with connect(self.settings, addr) as conn:
+                    resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KV_CONFIG, header.encode()))
+            except OSError as e:
+                error = e
+                continue
+            answered = True
+            if resp.code == ResponseCode.SUCCESS:
+                value = GetKVConfigResponseHeader.decode(resp.ext_fields).value
+                if value:
+                    return Decision.from_text(value)
+        if not answered:
+            raise error or OSError("no NameServer")
+        return None
+
+    def put(self, write_id: str, batch_id: int, decision: Decision) -> None:
+        """Record on every NameServer; ExactlyOnceError unless all of them took it."""
+        header = KVConfigRequestHeader(LEDGER_NAMESPACE, self.key(write_id, batch_id), decision.to_text())
+        for addr in self.settings.namesrv:
+            self._invoke(addr, RequestCode.PUT_KV_CONFIG, header)
+
+    def decide(self, write_id: str, batch_id: int, wanted: Decision) -> Decision:
+        """The decision that stands: one recorded earlier, else ``wanted``, recorded now."""
+        earlier = self.get(write_id, batch_id)
+        if earlier is not None:
+            return earlier
+        self.put(write_id, batch_id, wanted)
+        return wanted
+
+    def prune(self, now: float) -> None:
+        """Drop decisions no re-run or check-back needs: ended or aborted ones beyond the newest
+        :data:`KEEP_PER_WRITE` of their write or older than :data:`RESOLVED_TTL`; any older than :data:`MAX_TTL`."""
+        addr = self.settings.namesrv[0]
+        header = GetKVListByNamespaceRequestHeader(LEDGER_NAMESPACE)
+        with connect(self.settings, addr) as conn:
+            resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, header.encode()))
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return
+        by_write: dict[str, list[tuple[int, str, Decision]]] = {}
+        for key, value in KVTable.from_json(fastjson.loads(resp.body)).table.items():
+            write_id, _, batch = key.rpartition(".")
+            try:
+                by_write.setdefault(write_id, []).append((int(batch), key, Decision.from_text(value)))
+            except (ValueError, KeyError, TypeError):
+                continue  # not ours to judge
+        stale = []
+        for entries in by_write.values():
+            entries.sort(reverse=True)
+            for rank, (_, key, d) in enumerate(entries):
+                resolved = d.ended or not d.commit
+                if now - d.at > MAX_TTL or (resolved and (rank >= KEEP_PER_WRITE or now - d.at > RESOLVED_TTL)):
+                    stale.append(key)
+        for key in stale:
+            for ns_addr in self.settings.namesrv:
+                self._invoke(ns_addr, RequestCode.DELETE_KV_CONFIG, KVConfigRequestHeader(LEDGER_NAMESPACE, key))
+
+    def _invoke(self, addr: str, code: int, header: KVConfigRequestHeader) -> None:
+        try:
+            with connect(self.settings, addr) as conn:
+                resp = conn.invoke(RemotingCommand.request(code, header.encode()))
+        except OSError as e:
+            raise ExactlyOnceError(f"the transaction ledger on {addr} is unreachable: {e}") from e
+        if resp.code != ResponseCode.SUCCESS:
+            raise ExactlyOnceError(f"the transaction ledger on {addr} refused a change: {resp.code} {resp.remark}")
+
+
+class LedgerListener:
+    """Answers check-backs from the ledger (in the client's worker threads: it may block)."""
+
+    def __init__(self, settings: Any) -> None:
+        self.ledger = Ledger(settings)
+
+    def execute_local_transaction(self, msg: Any, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOW  # never called: halves are sent, not sent in a local transaction
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        txn = parse_txn(msg.properties.get(TXN_PROPERTY))
+        if txn is None:
+            return LocalTransactionState.UNKNOW
+        write_id, batch_id, attempt_id = txn
+        return answer(self.ledger.get(write_id, batch_id), attempt_id, time.time())
+
+
+def parse_txn(value: str | None) -> tuple[str, int, str] | None:
+    """(write id, batch id, attempt id) of a :data:`TXN_PROPERTY` value; None if it is not one."""
+    parts = (value or "").split(" ")
+    if len(parts) != 3:
+        return None
+    try:
+        return parts[0], int(parts[1]), parts[2]
+    except ValueError:
+        return None
+
+
+_participants: dict[tuple[Any, ...], blocking.TransactionProducer] = {}
+_participants_lock = threading.Lock()
+
+
+def participant(settings: Any) -> blocking.TransactionProducer:
+    """This process's producer of the group: sends the halves and answers check-backs for as long as the
+    process lives (Spark reuses its Python workers), so one is made per process and settings."""
+    key = (
+        settings.namesrv,
+        settings.producer_group,
+        settings.access_key,
+        settings.secret_key,
+        tuple(sorted(settings.tls.items())),
+    )
+    with _participants_lock:
+        producer = _participants.get(key)
+        if producer is None:
+            credentials = None
+            if settings.access_key and settings.secret_key:
+                credentials = SessionCredentials(settings.access_key, settings.secret_key)
+            security = ClientSecurity(credentials, TlsConfig.from_properties(settings.tls, "sink options"))
+            producer = blocking.TransactionProducer(
+                settings.producer_group,
+                list(settings.namesrv),
+                transaction_listener=LedgerListener(settings),
+                security=security,
+                send_timeout=settings.send_timeout,
+            )
+            producer.start()
+            _participants[key] = producer
+        return producer
+
+
+def task_identity(fallback_write_id: str) -> tuple[str, int]:
+    """(write id, batch id) of the running task: a streaming query's id and micro-batch, else the batch
+    write's own id."""
+    ctx = TaskContext.get()
+    query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    if query_id and batch is not None:
+        return query_id, int(batch)
+    return fallback_write_id, BATCH_WRITE
+
+
+class _Window:
+    """Sends in flight, bounded; the first failure is kept and stops the task."""
+
+    def __init__(self, size: int) -> None:
+        self.free = threading.Semaphore(size)
+        self.size = size
+        self.error: BaseException | None = None
+
+    def failed(self, error: BaseException) -> None:
+        self.error = self.error or error
+        self.free.release()
+
+    def drain(self, timeout: float) -> None:
+        for _ in range(self.size):
+            if not self.free.acquire(timeout=timeout):
+                raise ExactlyOnceError(f"half messages unanswered after {timeout:.0f} s")
+
+
+class ExactlyOnce:
+    """The sink's :class:`Delivery` for ``deliveryGuarantee=exactly-once``; see the module doc."""
+
+    def __init__(self, grace: float = DEFAULT_GRACE) -> None:
+        self.write_id = uuid.uuid4().hex  # made on the driver: the same for every task of a batch write
+        self.grace = grace
+
+    # -- in the task
+
+    def write(self, settings: Any, schema: Any, rows: Iterator[Any]) -> HalvesWritten:
+        from .sink import QueueChooser, row_messages
+
+        write_id, batch_id = task_identity(self.write_id)
+        written = HalvesWritten(write_id, batch_id, uuid.uuid4().hex)
+        producer = participant(settings)  # registered before anything can need a check-back
+        if Ledger(settings).get(write_id, batch_id) is not None:
+            return written  # decided by an earlier run of this batch: whatever this run wrote would be rolled back
+        chooser = QueueChooser(producer, settings)
+        txn = f"{write_id} {batch_id} {written.attempt_id}"
+        outgoing = (
+            (out.message, chooser.choose(out.message.topic, out.sharding_key))
+            for out in row_messages(settings, schema, rows)
+        )
+        written.halves = send_halves(settings, producer, txn, outgoing)
+        return written
+
+    # -- on the driver
+
+    def commit(self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        self._settle(settings, messages, batch_id, commit=True)
+
+    def abort(self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        self._settle(settings, messages, batch_id, commit=False)
+
+    def _settle(
+        self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None, *, commit: bool
+    ) -> None:
+        written = [m for m in messages if isinstance(m, HalvesWritten)]
+        write_id = written[0].write_id if written else self.write_id
+        batch = BATCH_WRITE if batch_id is None else batch_id
+        ledger = Ledger(settings)
+        now = time.time()
+        wanted = Decision(commit, now, self.grace, frozenset(m.attempt_id for m in written))
+        decision = ledger.decide(write_id, batch, wanted)
+        record_decision_hook()
+        commits = [h for m in written if decision.commit and m.attempt_id in decision.attempts for h in m.halves]
+        rollbacks = [
+            h for m in written if not (decision.commit and m.attempt_id in decision.attempts) for h in m.halves
+        ]
+        end_transactions(settings, rollbacks, commit=False)
+        if commits:
+            end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
+        if decision is wanted and decision.commit:
+            ledger.put(write_id, batch, replace(decision, ended=True))
+        ledger.prune(now)
+
+
+def send_halves(
+    settings: Any, producer: blocking.TransactionProducer, txn: str, outgoing: Iterable[tuple[Message, MessageQueue]]
+) -> list[HalfMessage]:
+    """Store every (message, queue) as a half message tagged ``txn``; ``settings.window`` batches of
+    ``settings.batch_size`` in flight. ExactlyOnceError (with the broker's code and remark) if one fails."""
+    results: list[Any] = []
+    window = _Window(max(1, settings.window * settings.batch_size))
+    patience = settings.send_timeout * 3  # a send's own retries included
+    for i, (msg, queue) in enumerate(outgoing):
+        msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
+        msg.properties[MessageConst.PRODUCER_GROUP] = settings.producer_group
+        msg.properties[TXN_PROPERTY] = txn
+        if not window.free.acquire(timeout=patience):
+            raise ExactlyOnceError(f"half messages unanswered after {patience:.0f} s")
+        if window.error is not None:
+            window.free.release()
+            break
+        results.append(None)
+        producer.send_async(msg, _stored(results, i, window), window.failed, queue=queue)
+    window.drain(patience)
+    if window.error is not None:
+        raise ExactlyOnceError(f"a half message was not stored: {window.error}") from window.error
+    producer.send_heartbeat()  # the brokers holding these halves know whom to ask about them
+    halves = []
+    for result in results:
+        addr, commit_log_offset = decode_offset_message_id(result.offset_msg_id)
+        halves.append(
+            HalfMessage(
+                result.queue.broker_name,
+                addr,
+                result.queue_offset,
+                commit_log_offset,
+                result.msg_id,
+                result.transaction_id,
+            )
+        )
+    return halves
+
+
+def _stored(results: list[Any], i: int, window: _Window) -> Any:
+    def on_success(result: Any) -> None:
+        results[i] = result
+        window.free.release()
+
+    return on_success
+
+
+def record_decision_hook() -> None:
+    """Test hook: with :data:`EXIT_AFTER_DECISION` naming a file, the commit writes it and exits the moment
+    its decision is recorded, before ending any half message (a driver dying between the two)."""
+    marker = os.environ.get(EXIT_AFTER_DECISION)
+    if marker and not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        os._exit(70)
+
+
+def end_transactions(settings: Any, halves: Iterable[HalfMessage], *, commit: bool, deadline: float = 0.0) -> None:
+    """END_TRANSACTION (COMMIT or ROLLBACK) for ``halves``, pipelined per broker in their order, each
+    answer checked. A commit that would go past ``deadline`` (epoch seconds) is left to the check-back."""
+    kind = MessageSysFlag.TRANSACTION_COMMIT_TYPE if commit else MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+    by_addr: dict[str, list[HalfMessage]] = {}
+    for h in halves:
+        by_addr.setdefault(h.addr, []).append(h)
+    failures: list[str] = []
+    for addr, items in by_addr.items():
+        with connect(settings, addr) as conn:
+            asked = 0
+            answered = 0
+            while answered < len(items):
+                while asked < len(items) and asked - answered < _END_WINDOW:
+                    if commit and time.time() > deadline:
+                        raise ExactlyOnceError(
+                            f"{len(items) - asked} commits to {addr} not sent in time: left to the check-back"
+                        )
+                    h = items[asked]
+                    header = EndTransactionRequestHeader(
+                        producer_group=settings.producer_group,
+                        tran_state_table_offset=h.tran_state_table_offset,
+                        commit_log_offset=h.commit_log_offset,
+                        commit_or_rollback=kind,
+                        msg_id=h.msg_id,
+                        transaction_id=h.transaction_id,
+                        bname=h.broker,
+                    )
+                    conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode()))
+                    asked += 1
+                resp = conn.receive()
+                answered += 1
+                if resp.code != ResponseCode.SUCCESS:
+                    failures.append(f"{addr} answered {resp.code}: {resp.remark}")
+    if failures:
+        what = "commit" if commit else "roll back"
+        raise ExactlyOnceError(f"{len(failures)} half messages did not {what}; first: {failures[0]}")

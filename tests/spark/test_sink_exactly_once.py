@@ -1,0 +1,137 @@
+"""The exactly-once sink: half messages decided by the ledger, and check-backs answered from it.
+
+The broker checks unresolved halves every 0.5 s once they are 1 s old, so check-backs happen within the tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from compat_tests.servers import GatewayServers
+from gateway.client import blocking, build_message
+from gateway.client.transaction_producer import LocalTransactionState
+from gateway.remoting.bodies import MessageQueue
+from spark import exactly_once as eo
+from tests.spark.conftest import FAST_RETRIES
+
+pytestmark = pytest.mark.spark
+
+CHECKS = {"transactionCheckInterval": "500", "transactionTimeOut": "1000", "transactionCheckMax": "200"}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
+    s = GatewayServers(tmp_path_factory.mktemp("gateway"), {**FAST_RETRIES, **CHECKS}).start()
+    yield s
+    s.stop()
+
+
+@dataclass(frozen=True)
+class PieceSettings:
+    """The sink settings' fields the exactly-once pieces read."""
+
+    namesrv: tuple[str, ...]
+    producer_group: str
+    access_key: str | None = None
+    secret_key: str | None = None
+    tls: dict[str, str] = field(default_factory=dict)
+    batch_size: int = 16
+    window: int = 2
+    send_timeout: float = 5.0
+
+
+def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]:
+    """Every body in ``topic`` now, in queue order."""
+    bodies = []
+    with blocking.PullConsumer("eos_reader", servers.namesrv_addr) as consumer:
+        for q in range(queues):
+            offset = 0
+            while True:
+                result = consumer.pull(MessageQueue(topic, "broker-a", q), "*", offset, 32)
+                if not result.messages:
+                    break
+                bodies.extend(m.body for m in result.messages)
+                offset = result.next_begin_offset
+    return bodies
+
+
+def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.2)
+
+
+def test_a_decision_is_answered_as_the_ledger_says() -> None:
+    now = 1000.0
+    committed = eo.Decision(True, now, 5.0, frozenset({"a1"}))
+    assert eo.answer(None, "a1", now) is LocalTransactionState.UNKNOW
+    assert eo.answer(eo.Decision(False, now, 5.0), "a1", now) is LocalTransactionState.ROLLBACK_MESSAGE
+    assert eo.answer(committed, "a2", now) is LocalTransactionState.ROLLBACK_MESSAGE
+    assert eo.answer(committed, "a1", now + 1) is LocalTransactionState.UNKNOW  # the driver is ending it
+    assert eo.answer(committed, "a1", now + 6) is LocalTransactionState.COMMIT_MESSAGE
+    ended = eo.Decision(True, now, 5.0, frozenset({"a1"}), ended=True)
+    assert eo.answer(ended, "a1", now + 6) is LocalTransactionState.ROLLBACK_MESSAGE  # a check copy
+    assert eo.Decision.from_text(committed.to_text()) == committed
+    assert eo.parse_txn("q 3 a1") == ("q", 3, "a1")
+    assert eo.parse_txn("q x a1") is None and eo.parse_txn(None) is None
+
+
+def test_the_ledger_keeps_the_first_decision_and_prunes_resolved_ones(servers: GatewayServers) -> None:
+    ledger = eo.Ledger(PieceSettings((servers.namesrv_addr,), "eos_ledger_pg"))
+    now = round(time.time(), 3)  # the ledger keeps milliseconds
+    first = eo.Decision(True, now, 5.0, frozenset({"a"}))
+    assert ledger.decide("w1", 0, first) is first
+    assert ledger.decide("w1", 0, eo.Decision(False, now, 5.0)) == first  # a decision stands
+    assert ledger.get("w1", 0) == first and ledger.get("w1", 1) is None
+    for batch in range(1, eo.KEEP_PER_WRITE + 3):
+        ledger.put("w1", batch, eo.Decision(False, now, 5.0))
+    ledger.prune(now)
+    assert ledger.get("w1", 0) == first  # committed, not ended: kept for its check-backs
+    assert ledger.get("w1", 1) is None and ledger.get("w1", 2) is None  # aborted beyond the newest 16
+    assert ledger.get("w1", eo.KEEP_PER_WRITE + 2) is not None
+
+
+def halves(servers: GatewayServers, settings: PieceSettings, topic: str, txn: str, n: int) -> list[eo.HalfMessage]:
+    producer = eo.participant(settings)
+    queue = MessageQueue(topic, "broker-a", 0)
+    msgs = ((build_message(topic, f"{txn.split()[2]}-{i}".encode()), queue) for i in range(n))
+    return eo.send_halves(settings, producer, txn, msgs)
+
+
+def test_halves_stay_invisible_until_the_decision_ends_them_in_order(servers: GatewayServers) -> None:
+    servers.create_topic("EosPieces", 1)
+    settings = PieceSettings((servers.namesrv_addr,), "eos_pieces_pg")
+    written = halves(servers, settings, "EosPieces", "w2 0 ok", 40)
+    assert len(written) == 40 and visible(servers, "EosPieces") == []
+    eo.end_transactions(settings, written, commit=True, deadline=time.time() + 30)
+    assert visible(servers, "EosPieces") == [f"ok-{i}".encode() for i in range(40)]
+    rolled = halves(servers, settings, "EosPieces", "w2 1 no", 5)
+    eo.end_transactions(settings, rolled, commit=False)
+    time.sleep(2.5)  # check passes come and go
+    assert len(visible(servers, "EosPieces")) == 40
+
+
+def test_check_backs_commit_a_decided_batch_once_and_roll_back_the_rest(servers: GatewayServers) -> None:
+    """A driver that died after recording its decision: the check-back ends the halves, from the ledger."""
+    servers.create_topic("EosChecks", 1)
+    settings = PieceSettings((servers.namesrv_addr,), "eos_checks_pg")
+    halves(servers, settings, "EosChecks", "w3 0 kept", 20)
+    halves(servers, settings, "EosChecks", "w3 0 lost", 20)  # a failed attempt of the same batch
+    halves(servers, settings, "EosChecks", "w3 1 late", 5)  # a batch nobody decided yet
+    eo.Ledger(settings).put("w3", 0, eo.Decision(True, time.time(), 1.0, frozenset({"kept"})))
+    wait_for(lambda: len(visible(servers, "EosChecks")) >= 20, 15, "the decided halves committed by check-back")
+    time.sleep(2.5)  # more check passes: nothing twice, nothing of the failed attempt or of batch 1
+    assert sorted(visible(servers, "EosChecks")) == sorted(f"kept-{i}".encode() for i in range(20))
+
+
+def test_the_decision_hook_exits_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(eo.EXIT_AFTER_DECISION, str(tmp_path / "done"))
+    (tmp_path / "done").write_text("1")
+    eo.record_decision_hook()  # the marker exists: no exit
