@@ -22,7 +22,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import (
     BinaryType,
@@ -36,6 +43,7 @@ from pyspark.sql.types import (
 )
 
 from . import queues as rq
+from . import sink
 from .columns import RecordColumns
 
 SCHEMA = StructType(
@@ -77,6 +85,14 @@ class RocketMQDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("rocketmq")`` (spark/sink.py); a topic is only appended to, whatever the mode."""
+        return sink.RocketMQBatchWriter(sink.SinkSettings.from_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("rocketmq")`` (spark/sink.py)."""
+        return sink.RocketMQStreamWriter(sink.SinkSettings.from_options(self.options), schema)
 
 
 def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[QueueRange]:

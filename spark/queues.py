@@ -50,6 +50,26 @@ class SourceError(ValueError):
     """An unusable option, or a topic the NameServers do not route."""
 
 
+class TopicNotRouted(SourceError):
+    """The NameServers route no such topic (a producer may still auto-create it through TBW102)."""
+
+
+def connection_options(
+    options: Mapping[str, str], error: type[ValueError] = SourceError
+) -> tuple[tuple[str, ...], str | None, str | None, dict[str, str]]:
+    """``namesrvAddr``, ``accessKey``/``secretKey`` and the ``tls.*`` options of lower-cased ``options``,
+    checked: (NameServers, access key, secret key, tls properties); a bad one raises ``error``."""
+    namesrv = tuple(a.strip() for a in (options.get("namesrvaddr") or "").split(";") if a.strip())
+    if not namesrv:
+        raise error("option namesrvAddr is required (host:port[;host:port...])")
+    access_key, secret_key = options.get("accesskey") or None, options.get("secretkey") or None
+    if bool(access_key) != bool(secret_key):
+        raise error("options accessKey and secretKey go together")
+    tls = {_TLS_KEYS.get(k, k): v for k, v in options.items() if k.startswith("tls.")}
+    TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
+    return namesrv, access_key, secret_key, tls
+
+
 @dataclass(frozen=True)
 class Settings:
     """The options, checked once on the driver; picklable, so it travels to the workers."""
@@ -66,19 +86,12 @@ class Settings:
     @classmethod
     def from_options(cls, given: Mapping[str, str]) -> Settings:
         options = lower_keys(given)
-        namesrv = tuple(a.strip() for a in (options.get("namesrvaddr") or "").split(";") if a.strip())
-        if not namesrv:
-            raise SourceError("option namesrvAddr is required (host:port[;host:port...])")
+        namesrv, access_key, secret_key, tls = connection_options(options)
         topic = options.get("topic") or ""
         problem = topic_problem(topic)
         if problem is not None:
             raise SourceError(f"option topic: {problem}")
         group = options.get("consumergroup") or None
-        access_key, secret_key = options.get("accesskey") or None, options.get("secretkey") or None
-        if bool(access_key) != bool(secret_key):
-            raise SourceError("options accessKey and secretKey go together")
-        tls = {_TLS_KEYS.get(k, k): v for k, v in options.items() if k.startswith("tls.")}
-        TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
         timeout = float(options.get("timeoutms", "10000")) / 1000
         return cls(namesrv, topic, group or DEFAULT_GROUP, group, access_key, secret_key, tls, timeout)
 
@@ -119,7 +132,7 @@ def route(settings: Settings) -> TopicRouteData:
             error = e
             continue
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise SourceError(f"topic {settings.topic} is not routed by {addr}")
+            raise TopicNotRouted(f"topic {settings.topic} is not routed by {addr}: code {resp.code} {resp.remark}")
         if resp.code != ResponseCode.SUCCESS:
             raise SourceError(f"{addr} answered {resp.code}: {resp.remark}")
         return TopicRouteData.from_json(fastjson.loads(resp.body))
