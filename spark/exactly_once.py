@@ -32,14 +32,14 @@ from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
+from pyspark.sql.types import StructType
 
 from gateway.acl.signer import SessionCredentials
 from gateway.client import blocking
 from gateway.client.security import ClientSecurity
 from gateway.client.transaction_producer import LocalTransactionState
 from gateway.remoting import fastjson
-from gateway.remoting.blocking import BlockingConnection
-from gateway.remoting.bodies import KVTable, MessageQueue
+from gateway.remoting.bodies import KVTable
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import (
@@ -47,16 +47,17 @@ from gateway.remoting.headers import (
     GetKVConfigResponseHeader,
     GetKVListByNamespaceRequestHeader,
     KVConfigRequestHeader,
+    SendMessageResponseHeader,
 )
-from gateway.remoting.message import Message, MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id
+from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id
 from gateway.tls.config import TlsConfig
 
-from .queues import _ssl_context
+from .sink import OutgoingMessage, SendUnit, SinkSettings, open_producer, row_messages, unit_for
 
 LEDGER_NAMESPACE = "SPARK_ROCKETMQ_EXACTLY_ONCE"
 TXN_PROPERTY = "SPARK_TXN"
 BATCH_WRITE = -1  # the batch id of a (non-streaming) df.write
-DEFAULT_GRACE = 60.0  # seconds the driver has to end a decision's halves before check-backs commit them
+GRACE_SEND_TIMEOUTS = 20  # the driver has this many send timeouts to end a decision's halves (60 s by default)
 KEEP_PER_WRITE = 16  # a write's newest decisions kept in the ledger: a restarted query re-runs only its last
 RESOLVED_TTL = 3600.0  # seconds an ended or aborted decision is kept at most
 MAX_TTL = 7 * 24 * 3600.0  # seconds any decision is kept
@@ -141,18 +142,10 @@ def answer(decision: Decision | None, attempt_id: str, now: float) -> LocalTrans
     return LocalTransactionState.COMMIT_MESSAGE
 
 
-def connect(settings: Any, addr: str) -> BlockingConnection:
-    """A blocking connection to ``addr`` with the sink's TLS and ACL settings."""
-    sign = None
-    if settings.access_key and settings.secret_key:
-        sign = SessionCredentials(settings.access_key, settings.secret_key).sign
-    return BlockingConnection(addr, settings.send_timeout, _ssl_context(tuple(sorted(settings.tls.items()))), sign)
-
-
 class Ledger:
     """Decisions in the NameServers' KV config: written to every NameServer, read from any."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: SinkSettings) -> None:
         self.settings = settings
 
     @staticmethod
@@ -166,7 +159,7 @@ class Ledger:
         answered = False
         for addr in self.settings.namesrv:
             try:
-                with connect(self.settings, addr) as conn:
+                with self.settings.connection().connect(addr) as conn:
                     resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KV_CONFIG, header.encode()))
             except OSError as e:
                 error = e
@@ -199,7 +192,7 @@ class Ledger:
         :data:`KEEP_PER_WRITE` of their write or older than :data:`RESOLVED_TTL`; any older than :data:`MAX_TTL`."""
         addr = self.settings.namesrv[0]
         header = GetKVListByNamespaceRequestHeader(LEDGER_NAMESPACE)
-        with connect(self.settings, addr) as conn:
+        with self.settings.connection().connect(addr) as conn:
             resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, header.encode()))
         if resp.code != ResponseCode.SUCCESS or not resp.body:
             return
@@ -223,7 +216,7 @@ class Ledger:
 
     def _invoke(self, addr: str, code: int, header: KVConfigRequestHeader) -> None:
         try:
-            with connect(self.settings, addr) as conn:
+            with self.settings.connection().connect(addr) as conn:
                 resp = conn.invoke(RemotingCommand.request(code, header.encode()))
         except OSError as e:
             raise ExactlyOnceError(f"the transaction ledger on {addr} is unreachable: {e}") from e
@@ -234,7 +227,7 @@ class Ledger:
 class LedgerListener:
     """Answers check-backs from the ledger (in the client's worker threads: it may block)."""
 
-    def __init__(self, settings: Any) -> None:
+    def __init__(self, settings: SinkSettings) -> None:
         self.ledger = Ledger(settings)
 
     def execute_local_transaction(self, msg: Any, arg: Any) -> LocalTransactionState:
@@ -263,7 +256,7 @@ _participants: dict[tuple[Any, ...], blocking.TransactionProducer] = {}
 _participants_lock = threading.Lock()
 
 
-def participant(settings: Any) -> blocking.TransactionProducer:
+def participant(settings: SinkSettings) -> blocking.TransactionProducer:
     """This process's producer of the group: sends the halves and answers check-backs for as long as the
     process lives (Spark reuses its Python workers), so one is made per process and settings."""
     key = (
@@ -303,67 +296,89 @@ def task_identity(fallback_write_id: str) -> tuple[str, int]:
     return fallback_write_id, BATCH_WRITE
 
 
-class _Window:
-    """Sends in flight, bounded; the first failure is kept and stops the task."""
+def send_halves(settings: SinkSettings, txn: str, outgoing: Iterable[OutgoingMessage]) -> list[HalfMessage]:
+    """Store every message as a half message tagged ``txn``: singly (a batch cannot hold halves), pipelined
+    by the sink's sender; the halves come back in the order given. SinkError (the broker's code and remark)
+    if one is refused for good."""
+    stored: dict[str, HalfMessage] = {}
+    order: list[str] = []
+    topics: set[str] = set()
 
-    def __init__(self, size: int) -> None:
-        self.free = threading.Semaphore(size)
-        self.size = size
-        self.error: BaseException | None = None
+    def on_sent(unit: SendUnit, answer: SendMessageResponseHeader) -> None:
+        msg = unit.messages[0]
+        uniq = msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        commit_log_offset = decode_offset_message_id(answer.msg_id)[1]
+        addr = sender.chooser.master(unit.mq.broker_name)
+        broker = unit.mq.broker_name
+        stored[uniq] = HalfMessage(broker, addr, answer.queue_offset, commit_log_offset, uniq, answer.transaction_id)
 
-    def failed(self, error: BaseException) -> None:
-        self.error = self.error or error
-        self.free.release()
+    sender = open_producer(settings, on_sent)
+    try:
+        for out in outgoing:
+            msg = out.message
+            msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
+            msg.properties[MessageConst.PRODUCER_GROUP] = settings.producer_group
+            msg.properties[TXN_PROPERTY] = txn
+            order.append(msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
+            topics.add(msg.topic)
+            # A keyed row keeps its queue on a retry; the order within a queue is made by the ENDs.
+            queue = sender.chooser.choose(msg.topic, out.sharding_key)
+            sender.send(unit_for(queue, [msg], out.sharding_key is not None))
+        sender.flush()
+    finally:
+        sender.close()
+    make_known(settings, topics)
+    return [stored[uniq] for uniq in order]
 
-    def drain(self, timeout: float) -> None:
-        for _ in range(self.size):
-            if not self.free.acquire(timeout=timeout):
-                raise ExactlyOnceError(f"half messages unanswered after {timeout:.0f} s")
+
+def make_known(settings: SinkSettings, topics: Iterable[str]) -> None:
+    """Make this process's :func:`participant` known to the brokers of ``topics``: a broker asks only
+    producers it has heard from."""
+    producer = participant(settings)
+    for topic in topics:
+        producer.fetch_publish_message_queues(topic)  # the route: heartbeats go to its brokers from now on
+    producer.send_heartbeat()
 
 
 class ExactlyOnce:
-    """The sink's :class:`Delivery` for ``deliveryGuarantee=exactly-once``; see the module doc."""
+    """The sink's :class:`~spark.sink.Delivery` for ``deliveryGuarantee=exactly-once``; see the module doc."""
 
-    def __init__(self, grace: float = DEFAULT_GRACE) -> None:
+    def __init__(self) -> None:
         self.write_id = uuid.uuid4().hex  # made on the driver: the same for every task of a batch write
-        self.grace = grace
 
     # -- in the task
 
-    def write(self, settings: Any, schema: Any, rows: Iterator[Any]) -> HalvesWritten:
-        from .sink import QueueChooser, row_messages
-
+    def write(self, settings: SinkSettings, schema: StructType, rows: Iterator[Any]) -> HalvesWritten:
         write_id, batch_id = task_identity(self.write_id)
         written = HalvesWritten(write_id, batch_id, uuid.uuid4().hex)
-        producer = participant(settings)  # registered before anything can need a check-back
+        participant(settings)  # answers check-backs from now on
         if Ledger(settings).get(write_id, batch_id) is not None:
-            return written  # decided by an earlier run of this batch: whatever this run wrote would be rolled back
-        chooser = QueueChooser(producer, settings)
+            return written  # decided by an earlier run of this batch: what this run wrote would be rolled back
         txn = f"{write_id} {batch_id} {written.attempt_id}"
-        outgoing = (
-            (out.message, chooser.choose(out.message.topic, out.sharding_key))
-            for out in row_messages(settings, schema, rows)
-        )
-        written.halves = send_halves(settings, producer, txn, outgoing)
+        written.halves = send_halves(settings, txn, row_messages(settings, schema, rows))
         return written
 
     # -- on the driver
 
-    def commit(self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+    def commit(self, settings: SinkSettings, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
         self._settle(settings, messages, batch_id, commit=True)
 
-    def abort(self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+    def abort(self, settings: SinkSettings, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
         self._settle(settings, messages, batch_id, commit=False)
 
     def _settle(
-        self, settings: Any, messages: list[WriterCommitMessage | None], batch_id: int | None, *, commit: bool
+        self, settings: SinkSettings, messages: list[WriterCommitMessage | None], batch_id: int | None, *, commit: bool
     ) -> None:
         written = [m for m in messages if isinstance(m, HalvesWritten)]
+        if not written and batch_id is not None:
+            return  # no task of this micro-batch finished: its query id is unknown here, and nothing is to end
         write_id = written[0].write_id if written else self.write_id
         batch = BATCH_WRITE if batch_id is None else batch_id
         ledger = Ledger(settings)
-        now = time.time()
-        wanted = Decision(commit, now, self.grace, frozenset(m.attempt_id for m in written))
+        now = round(time.time(), 3)  # the ledger keeps milliseconds
+        wanted = Decision(
+            commit, now, settings.send_timeout * GRACE_SEND_TIMEOUTS, frozenset(m.attempt_id for m in written)
+        )
         decision = ledger.decide(write_id, batch, wanted)
         record_decision_hook()
         commits = [h for m in written if decision.commit and m.attempt_id in decision.attempts for h in m.halves]
@@ -378,53 +393,6 @@ class ExactlyOnce:
         ledger.prune(now)
 
 
-def send_halves(
-    settings: Any, producer: blocking.TransactionProducer, txn: str, outgoing: Iterable[tuple[Message, MessageQueue]]
-) -> list[HalfMessage]:
-    """Store every (message, queue) as a half message tagged ``txn``; ``settings.window`` batches of
-    ``settings.batch_size`` in flight. ExactlyOnceError (with the broker's code and remark) if one fails."""
-    results: list[Any] = []
-    window = _Window(max(1, settings.window * settings.batch_size))
-    patience = settings.send_timeout * 3  # a send's own retries included
-    for i, (msg, queue) in enumerate(outgoing):
-        msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
-        msg.properties[MessageConst.PRODUCER_GROUP] = settings.producer_group
-        msg.properties[TXN_PROPERTY] = txn
-        if not window.free.acquire(timeout=patience):
-            raise ExactlyOnceError(f"half messages unanswered after {patience:.0f} s")
-        if window.error is not None:
-            window.free.release()
-            break
-        results.append(None)
-        producer.send_async(msg, _stored(results, i, window), window.failed, queue=queue)
-    window.drain(patience)
-    if window.error is not None:
-        raise ExactlyOnceError(f"a half message was not stored: {window.error}") from window.error
-    producer.send_heartbeat()  # the brokers holding these halves know whom to ask about them
-    halves = []
-    for result in results:
-        addr, commit_log_offset = decode_offset_message_id(result.offset_msg_id)
-        halves.append(
-            HalfMessage(
-                result.queue.broker_name,
-                addr,
-                result.queue_offset,
-                commit_log_offset,
-                result.msg_id,
-                result.transaction_id,
-            )
-        )
-    return halves
-
-
-def _stored(results: list[Any], i: int, window: _Window) -> Any:
-    def on_success(result: Any) -> None:
-        results[i] = result
-        window.free.release()
-
-    return on_success
-
-
 def record_decision_hook() -> None:
     """Test hook: with :data:`EXIT_AFTER_DECISION` naming a file, the commit writes it and exits the moment
     its decision is recorded, before ending any half message (a driver dying between the two)."""
@@ -435,7 +403,9 @@ def record_decision_hook() -> None:
         os._exit(70)
 
 
-def end_transactions(settings: Any, halves: Iterable[HalfMessage], *, commit: bool, deadline: float = 0.0) -> None:
+def end_transactions(
+    settings: SinkSettings, halves: Iterable[HalfMessage], *, commit: bool, deadline: float = 0.0
+) -> None:
     """END_TRANSACTION (COMMIT or ROLLBACK) for ``halves``, pipelined per broker in their order, each
     answer checked. A commit that would go past ``deadline`` (epoch seconds) is left to the check-back."""
     kind = MessageSysFlag.TRANSACTION_COMMIT_TYPE if commit else MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
@@ -444,7 +414,7 @@ def end_transactions(settings: Any, halves: Iterable[HalfMessage], *, commit: bo
         by_addr.setdefault(h.addr, []).append(h)
     failures: list[str] = []
     for addr, items in by_addr.items():
-        with connect(settings, addr) as conn:
+        with settings.connection().connect(addr) as conn:
             asked = 0
             answered = 0
             while answered < len(items):

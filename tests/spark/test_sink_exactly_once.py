@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from compat_tests.servers import GatewayServers
 from gateway.client import blocking, build_message
+from gateway.client.message_id import set_uniq_id
 from gateway.client.transaction_producer import LocalTransactionState
 from gateway.remoting.bodies import MessageQueue
+from gateway.remoting.message import Message
 from spark import exactly_once as eo
+from spark.sink import OutgoingMessage, SinkSettings
 from tests.spark.conftest import FAST_RETRIES
 
 pytestmark = pytest.mark.spark
@@ -31,18 +33,10 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers
     s.stop()
 
 
-@dataclass(frozen=True)
-class PieceSettings:
-    """The sink settings' fields the exactly-once pieces read."""
-
-    namesrv: tuple[str, ...]
-    producer_group: str
-    access_key: str | None = None
-    secret_key: str | None = None
-    tls: dict[str, str] = field(default_factory=dict)
-    batch_size: int = 16
-    window: int = 2
-    send_timeout: float = 5.0
+def sink_settings(servers: GatewayServers, group: str, **options: str) -> SinkSettings:
+    return SinkSettings.from_options(
+        {"namesrvAddr": servers.namesrv_addr, "producerGroup": group, "deliveryGuarantee": "exactly-once", **options}
+    )
 
 
 def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]:
@@ -84,7 +78,7 @@ def test_a_decision_is_answered_as_the_ledger_says() -> None:
 
 
 def test_the_ledger_keeps_the_first_decision_and_prunes_resolved_ones(servers: GatewayServers) -> None:
-    ledger = eo.Ledger(PieceSettings((servers.namesrv_addr,), "eos_ledger_pg"))
+    ledger = eo.Ledger(sink_settings(servers, "eos_ledger_pg"))
     now = round(time.time(), 3)  # the ledger keeps milliseconds
     first = eo.Decision(True, now, 5.0, frozenset({"a"}))
     assert ledger.decide("w1", 0, first) is first
@@ -98,21 +92,25 @@ def test_the_ledger_keeps_the_first_decision_and_prunes_resolved_ones(servers: G
     assert ledger.get("w1", eo.KEEP_PER_WRITE + 2) is not None
 
 
-def halves(servers: GatewayServers, settings: PieceSettings, topic: str, txn: str, n: int) -> list[eo.HalfMessage]:
-    producer = eo.participant(settings)
-    queue = MessageQueue(topic, "broker-a", 0)
-    msgs = ((build_message(topic, f"{txn.split()[2]}-{i}".encode()), queue) for i in range(n))
-    return eo.send_halves(settings, producer, txn, msgs)
+def halves(settings: SinkSettings, topic: str, txn: str, n: int) -> list[eo.HalfMessage]:
+    attempt = txn.split()[2]
+    msgs = (OutgoingMessage(with_uniq(build_message(topic, f"{attempt}-{i}".encode())), None) for i in range(n))
+    return eo.send_halves(settings, txn, msgs)
+
+
+def with_uniq(msg: Message) -> Message:
+    set_uniq_id(msg)
+    return msg
 
 
 def test_halves_stay_invisible_until_the_decision_ends_them_in_order(servers: GatewayServers) -> None:
     servers.create_topic("EosPieces", 1)
-    settings = PieceSettings((servers.namesrv_addr,), "eos_pieces_pg")
-    written = halves(servers, settings, "EosPieces", "w2 0 ok", 40)
+    settings = sink_settings(servers, "eos_pieces_pg")
+    written = halves(settings, "EosPieces", "w2 0 ok", 40)
     assert len(written) == 40 and visible(servers, "EosPieces") == []
     eo.end_transactions(settings, written, commit=True, deadline=time.time() + 30)
     assert visible(servers, "EosPieces") == [f"ok-{i}".encode() for i in range(40)]
-    rolled = halves(servers, settings, "EosPieces", "w2 1 no", 5)
+    rolled = halves(settings, "EosPieces", "w2 1 no", 5)
     eo.end_transactions(settings, rolled, commit=False)
     time.sleep(2.5)  # check passes come and go
     assert len(visible(servers, "EosPieces")) == 40
@@ -121,10 +119,10 @@ def test_halves_stay_invisible_until_the_decision_ends_them_in_order(servers: Ga
 def test_check_backs_commit_a_decided_batch_once_and_roll_back_the_rest(servers: GatewayServers) -> None:
     """A driver that died after recording its decision: the check-back ends the halves, from the ledger."""
     servers.create_topic("EosChecks", 1)
-    settings = PieceSettings((servers.namesrv_addr,), "eos_checks_pg")
-    halves(servers, settings, "EosChecks", "w3 0 kept", 20)
-    halves(servers, settings, "EosChecks", "w3 0 lost", 20)  # a failed attempt of the same batch
-    halves(servers, settings, "EosChecks", "w3 1 late", 5)  # a batch nobody decided yet
+    settings = sink_settings(servers, "eos_checks_pg")
+    halves(settings, "EosChecks", "w3 0 kept", 20)
+    halves(settings, "EosChecks", "w3 0 lost", 20)  # a failed attempt of the same batch
+    halves(settings, "EosChecks", "w3 1 late", 5)  # a batch nobody decided yet
     eo.Ledger(settings).put("w3", 0, eo.Decision(True, time.time(), 1.0, frozenset({"kept"})))
     wait_for(lambda: len(visible(servers, "EosChecks")) >= 20, 15, "the decided halves committed by check-back")
     time.sleep(2.5)  # more check passes: nothing twice, nothing of the failed attempt or of batch 1
