@@ -8,15 +8,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from compat_tests.servers import GatewayServers
+from compat_tests.servers import GatewayServers, call
 from gateway.client import blocking, build_message
 from gateway.client.message_id import set_uniq_id
 from gateway.client.transaction_producer import LocalTransactionState
 from gateway.remoting.bodies import MessageQueue
-from gateway.remoting.message import Message
+from gateway.remoting.codes import RequestCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.message import Message, MessageExt
+from gateway.remoting.names import TRANS_HALF_TOPIC
 from spark import exactly_once as eo
 from spark.sink import OutgoingMessage, SinkSettings
 from tests.spark.conftest import FAST_RETRIES
@@ -39,9 +43,9 @@ def sink_settings(servers: GatewayServers, group: str, **options: str) -> SinkSe
     )
 
 
-def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]:
-    """Every body in ``topic`` now, in queue order."""
-    bodies = []
+def stored(servers: GatewayServers, topic: str, queues: int = 1) -> list[MessageExt]:
+    """Every message in ``topic`` now, queue by queue in offset order."""
+    found = []
     with blocking.PullConsumer("eos_reader", servers.namesrv_addr) as consumer:
         for q in range(queues):
             offset = 0
@@ -49,9 +53,26 @@ def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]
                 result = consumer.pull(MessageQueue(topic, "broker-a", q), "*", offset, 32)
                 if not result.messages:
                     break
-                bodies.extend(m.body for m in result.messages)
+                found.extend(result.messages)
                 offset = result.next_begin_offset
-    return bodies
+    return found
+
+
+def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]:
+    return [m.body for m in stored(servers, topic, queues)]
+
+
+def half_queue_settles(servers: GatewayServers, timeout: float = 20) -> None:
+    """Wait until every half message is ended: while one is not, each check pass appends a copy of it."""
+    request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": TRANS_HALF_TOPIC, "queueId": "0"})
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() - since < 3:  # six check passes without a copy
+        assert time.monotonic() < deadline, "half messages still checked back"
+        offset = int(call(servers.broker_addr, request).ext_fields["offset"])
+        if offset != last:
+            last, since = offset, time.monotonic()
+        time.sleep(0.25)
 
 
 def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
@@ -123,10 +144,66 @@ def test_check_backs_commit_a_decided_batch_once_and_roll_back_the_rest(servers:
     halves(settings, "EosChecks", "w3 0 kept", 20)
     halves(settings, "EosChecks", "w3 0 lost", 20)  # a failed attempt of the same batch
     halves(settings, "EosChecks", "w3 1 late", 5)  # a batch nobody decided yet
-    eo.Ledger(settings).put("w3", 0, eo.Decision(True, time.time(), 1.0, frozenset({"kept"})))
+    ledger = eo.Ledger(settings)
+    ledger.put("w3", 0, eo.Decision(True, time.time(), 1.0, frozenset({"kept"})))
     wait_for(lambda: len(visible(servers, "EosChecks")) >= 20, 15, "the decided halves committed by check-back")
     time.sleep(2.5)  # more check passes: nothing twice, nothing of the failed attempt or of batch 1
     assert sorted(visible(servers, "EosChecks")) == sorted(f"kept-{i}".encode() for i in range(20))
+    ledger.put("w3", 1, eo.Decision(False, time.time(), 1.0))
+    half_queue_settles(servers)  # batch 1 rolled back by the check-back too
+    assert len(visible(servers, "EosChecks")) == 20
+
+
+def write(spark: Any, servers: GatewayServers, df: Any, topic: str, **options: str) -> None:
+    (
+        df.write.format("rocketmq")
+        .option("namesrvAddr", servers.namesrv_addr)
+        .option("topic", topic)
+        .option("deliveryGuarantee", "exactly-once")
+        .option("sendTimeoutMs", "300")  # a grace of 6 s before check-backs commit what a driver left
+        .options(**options)
+        .mode("append")
+        .save()
+    )
+
+
+def test_a_batch_write_is_visible_once_keyed_rows_in_order(spark: Any, servers: GatewayServers) -> None:
+    servers.create_topic("EosBatch", 4)
+    df = spark.range(0, 1000, numPartitions=2).selectExpr(
+        "CAST(id AS STRING) AS body",
+        "CAST(id % 7 AS STRING) AS shardingKey",
+        "map('idx', CAST(id AS STRING)) AS properties",
+        "CASE WHEN id % 100 = 0 THEN 1 ELSE NULL END AS delayTimeLevel",
+    )
+    write(spark, servers, df, "EosBatch", producerGroup="eos_batch_pg")
+    wait_for(lambda: len(stored(servers, "EosBatch", 4)) >= 1000, 15, "1000 messages, the delayed ones too")
+    time.sleep(1.5)  # check passes and delay deliveries: nothing comes twice
+    msgs = stored(servers, "EosBatch", 4)
+    assert sorted(int(m.body) for m in msgs) == list(range(1000))
+    assert all(m.properties["idx"] == m.body.decode() for m in msgs)
+    assert all(eo.TXN_PROPERTY in m.properties and "TRAN_MSG" not in m.properties for m in msgs)
+    delayed = [m for m in msgs if int(m.body) % 100 == 0]
+    # Held by the broker's schedule (level 1: 1 s) after the COMMIT, as Apache's broker does.
+    assert len(delayed) == 10 and all(m.store_timestamp - m.born_timestamp >= 1000 for m in delayed)
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for m in msgs:
+        i = int(m.body)
+        if i % 100:  # a delayed row is stored again when delivered, out of its key's order
+            by_key.setdefault((i % 7, i // 500), []).append(i)  # (key, partition)
+    assert all(ids == sorted(ids) for ids in by_key.values())
+    queues = {(i % 7): m.queue_id for m in msgs for i in [int(m.body)]}
+    assert all(m.queue_id == queues[int(m.body) % 7] for m in msgs)  # a key, a queue
+
+
+def test_a_failed_batch_write_is_never_visible(spark: Any, servers: GatewayServers) -> None:
+    """One task fails at its last row: the job aborts, the other task's halves are rolled back by the driver
+    and the failed task's by the check-back."""
+    servers.create_topic("EosFailed", 2)
+    df = spark.range(0, 400, numPartitions=2).selectExpr("IF(id = 399, NULL, CAST(id AS STRING)) AS body")
+    with pytest.raises(Exception, match="column body is null"):
+        write(spark, servers, df, "EosFailed", producerGroup="eos_failed_pg")
+    half_queue_settles(servers)
+    assert stored(servers, "EosFailed", 2) == []
 
 
 def test_the_decision_hook_exits_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
