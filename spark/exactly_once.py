@@ -351,9 +351,16 @@ class ExactlyOnce:
     def write(self, settings: SinkSettings, schema: StructType, rows: Iterator[Any]) -> HalvesWritten:
         write_id, batch_id = task_identity(self.write_id)
         written = HalvesWritten(write_id, batch_id, uuid.uuid4().hex)
-        participant(settings)  # answers check-backs from now on
         if Ledger(settings).get(write_id, batch_id) is not None:
-            return written  # decided by an earlier run of this batch: what this run wrote would be rolled back
+            # Decided by an earlier run of this batch, whose halves the check-back settles: this process
+            # answers for the brokers of the topics; what this run would write would only be rolled back.
+            topics = (
+                {settings.topic}
+                if settings.topic
+                else {out.message.topic for out in row_messages(settings, schema, rows)}
+            )
+            make_known(settings, topics)
+            return written
         txn = f"{write_id} {batch_id} {written.attempt_id}"
         written.halves = send_halves(settings, txn, row_messages(settings, schema, rows))
         return written
