@@ -132,7 +132,8 @@ def route(settings: Settings) -> TopicRouteData:
             error = e
             continue
         if resp.code == ResponseCode.TOPIC_NOT_EXIST:
-            raise TopicNotRouted(f"topic {settings.topic} is not routed by {addr}: code {resp.code} {resp.remark}")
+            refusal = f"code {int(resp.code)} TOPIC_NOT_EXIST: {resp.remark}"
+            raise TopicNotRouted(f"topic {settings.topic} is not routed by {addr}: {refusal}")
         if resp.code != ResponseCode.SUCCESS:
             raise SourceError(f"{addr} answered {resp.code}: {resp.remark}")
         return TopicRouteData.from_json(fastjson.loads(resp.body))

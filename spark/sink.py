@@ -289,7 +289,7 @@ class QueueChooser:
             try:
                 template = rq.route(self.settings.connection(AUTO_CREATE_TOPIC_KEY_TOPIC))
             except rq.TopicNotRouted:
-                raise SinkError(f"{unknown} (and no broker auto-creates topics)") from None
+                raise SinkError(f"no broker auto-creates topics, and {unknown}") from None
             except rq.SourceError as e:
                 raise SinkError(str(e)) from None
             route = default_topic_route(template, DEFAULT_TOPIC_QUEUE_NUMS)
