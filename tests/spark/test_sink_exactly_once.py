@@ -17,16 +17,21 @@ from typing import Any
 
 import pytest
 
-from compat_tests.servers import GatewayServers, call
+from compat_tests.secure_servers import APP, acl_servers, pki, tls_context, tls_servers  # noqa: F401
+from compat_tests.servers import GatewayServers, call, create_topic_request
 from gateway.client import blocking, build_message
 from gateway.client.message_id import set_uniq_id
+from gateway.client.security import ClientSecurity
 from gateway.client.transaction_producer import LocalTransactionState
 from gateway.remoting.bodies import MessageQueue
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import Message, MessageExt
 from gateway.remoting.names import TRANS_HALF_TOPIC
+from gateway.tls import certs
+from gateway.tls.config import TlsConfig
 from spark import exactly_once as eo
+from spark import queues as rq
 from spark.sink import OutgoingMessage, SinkSettings
 from tests.spark.conftest import FAST_RETRIES, ROOT
 
@@ -275,6 +280,52 @@ def test_a_stream_killed_between_its_decision_and_the_ends_resumes_exactly_once(
             second.wait(30)
         finally:
             kill(second)
+
+
+def test_exactly_once_signs_its_halves_ledger_and_ends_with_acl(
+    spark: Any,
+    acl_servers: GatewayServers,  # noqa: F811
+) -> None:
+    acl_servers.create_topic("EosAclTopic", 2)
+    df = spark.createDataFrame([(f"secret {i}",) for i in range(50)], "body string")
+    app = {"accessKey": APP.access_key, "secretKey": APP.secret_key}
+    with pytest.raises(Exception, match=r"Check signature failed for accessKey=appUser01"):
+        write(spark, acl_servers, df, "EosAclTopic", accessKey=APP.access_key, secretKey="wrong")
+    write(spark, acl_servers, df, "EosAclTopic", **app)
+    consumer = blocking.PullConsumer("eos_acl_reader", acl_servers.namesrv_addr, security=ClientSecurity(APP))
+    with consumer:
+        got = [
+            m.body
+            for q in range(2)
+            for m in consumer.pull(MessageQueue("EosAclTopic", "broker-a", q), "*", 0, 64).messages
+        ]
+    assert sorted(got) == sorted(b"secret %d" % i for i in range(50))
+
+
+def test_exactly_once_over_mutual_tls(
+    spark: Any,
+    tls_servers: GatewayServers,  # noqa: F811
+    pki: certs.DevPki,  # noqa: F811
+) -> None:
+    context = tls_context(pki)
+    assert call(tls_servers.broker_addr, create_topic_request("EosTlsTopic", 1), tls=context).code == 0
+    settings = SinkSettings.from_options({"namesrvAddr": tls_servers.namesrv_addr, **pki.client_properties()})
+    wait_for(lambda: routed(settings, "EosTlsTopic"), 10, "the topic routed")
+    df = spark.createDataFrame([(f"tls {i}",) for i in range(20)], "body string")
+    write(spark, tls_servers, df, "EosTlsTopic", **pki.client_properties())
+    consumer = blocking.PullConsumer("eos_tls_reader", tls_servers.namesrv_addr, security=ClientSecurity(
+        tls=TlsConfig.from_properties(pki.client_properties(), "test")))  # fmt: skip
+    with consumer:
+        got = consumer.pull(MessageQueue("EosTlsTopic", "broker-a", 0), "*", 0, 64).messages
+    assert sorted(m.body for m in got) == sorted(b"tls %d" % i for i in range(20))
+
+
+def routed(settings: SinkSettings, topic: str) -> bool:
+    try:
+        rq.route(settings.connection(topic))
+        return True
+    except rq.SourceError:
+        return False
 
 
 def test_the_decision_hook_exits_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
