@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -47,9 +48,11 @@ from gateway.remoting.headers import (
     GetKVConfigResponseHeader,
     GetKVListByNamespaceRequestHeader,
     KVConfigRequestHeader,
+    QueryMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id
+from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id, decode_records
+from gateway.remoting.names import SCHEDULE_TOPIC
 from gateway.tls.config import TlsConfig
 
 from .sink import OutgoingMessage, SendUnit, SinkSettings, open_producer, row_messages, unit_for
@@ -61,6 +64,9 @@ GRACE_SEND_TIMEOUTS = 20  # the driver has this many send timeouts to end a deci
 KEEP_PER_WRITE = 16  # a write's newest decisions kept in the ledger: a restarted query re-runs only its last
 RESOLVED_TTL = 3600.0  # seconds an ended or aborted decision is kept at most
 MAX_TTL = 7 * 24 * 3600.0  # seconds any decision is kept
+MAX_REMEMBERED = 100_000  # decisions and committed messages a check-back answerer remembers
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
+TIMER_TOPIC = "rmq_sys_wheel_timer"  # where a 5.x broker parks timer messages
 EXIT_AFTER_DECISION = "ROCKETMQ_SPARK_EOS_EXIT_AFTER_DECISION"  # test hook, see record_decision_hook
 _END_WINDOW = 256
 
@@ -225,20 +231,81 @@ class Ledger:
 
 
 class LedgerListener:
-    """Answers check-backs from the ledger (in the client's worker threads: it may block)."""
+    """Answers check-backs from the ledger (in the client's worker threads, so it may block).
+
+    Decisions are read once they are final; a commit is answered at most once per message in this process,
+    and not at all for a message its topic already holds (the broker's UNIQ_KEY index): the half asked
+    about may be a check copy of one the driver ended before it died.
+    """
 
     def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
         self.ledger = Ledger(settings)
+        self._lock = threading.Lock()
+        self._decisions: dict[tuple[str, int], tuple[Decision | None, float]] = {}
+        self._committed: OrderedDict[str, None] = OrderedDict()
 
     def execute_local_transaction(self, msg: Any, arg: Any) -> LocalTransactionState:
         return LocalTransactionState.UNKNOW  # never called: halves are sent, not sent in a local transaction
 
     def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
         txn = parse_txn(msg.properties.get(TXN_PROPERTY))
-        if txn is None:
+        uniq = msg.uniq_key
+        if txn is None or not uniq:
             return LocalTransactionState.UNKNOW
         write_id, batch_id, attempt_id = txn
-        return answer(self.ledger.get(write_id, batch_id), attempt_id, time.time())
+        now = time.time()
+        state = answer(self._decision(write_id, batch_id, now), attempt_id, now)
+        if state is not LocalTransactionState.COMMIT_MESSAGE:
+            return state
+        with self._lock:
+            if uniq in self._committed:
+                return LocalTransactionState.ROLLBACK_MESSAGE
+            self._committed[uniq] = None
+            if len(self._committed) > MAX_REMEMBERED:
+                self._committed.popitem(last=False)
+        try:
+            if already_stored(self.settings, msg):
+                return LocalTransactionState.ROLLBACK_MESSAGE
+        except (OSError, ExactlyOnceError):
+            with self._lock:
+                self._committed.pop(uniq, None)
+            raise  # UNKNOW: asked again on the next check
+        return LocalTransactionState.COMMIT_MESSAGE
+
+    def _decision(self, write_id: str, batch_id: int, now: float) -> Decision | None:
+        key = (write_id, batch_id)
+        with self._lock:
+            known, read_at = self._decisions.get(key, (None, 0.0))
+        final = known is not None and (known.ended or not known.commit or now >= known.at + known.grace)
+        if final or now - read_at < 1.0:
+            return known
+        known = self.ledger.get(write_id, batch_id)
+        with self._lock:
+            self._decisions[key] = (known, now)
+            if len(self._decisions) > MAX_REMEMBERED:
+                self._decisions.pop(next(iter(self._decisions)))
+        return known
+
+
+def already_stored(settings: SinkSettings, half: MessageExt) -> bool:
+    """Whether the message ``half`` stands for is stored already, in its topic or parked by a delay or a
+    timer (QUERY_MESSAGE of its UNIQ_KEY on the half's broker)."""
+    real_topic = half.properties.get(MessageConst.REAL_TOPIC, "")
+    uniq = half.uniq_key
+    with settings.connection().connect(half.store_host) as conn:
+        for topic in (real_topic, SCHEDULE_TOPIC, TIMER_TOPIC):
+            header = QueryMessageRequestHeader(topic, uniq or "", 32, half.born_timestamp, int(time.time() * 1000))
+            request = RemotingCommand.request(RequestCode.QUERY_MESSAGE, header.encode())
+            request.ext_fields[UNIQUE_KEY_QUERY] = "true"
+            resp = conn.invoke(request)
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            if resp.code != ResponseCode.SUCCESS:
+                raise ExactlyOnceError(f"{half.store_host} refused a query of {uniq}: {resp.code} {resp.remark}")
+            if any(m.uniq_key == uniq for m in decode_records(resp.body)):
+                return True
+    return False
 
 
 def parse_txn(value: str | None) -> tuple[str, int, str] | None:
@@ -388,15 +455,14 @@ class ExactlyOnce:
         )
         decision = ledger.decide(write_id, batch, wanted)
         record_decision_hook()
-        commits = [h for m in written if decision.commit and m.attempt_id in decision.attempts for h in m.halves]
-        rollbacks = [
-            h for m in written if not (decision.commit and m.attempt_id in decision.attempts) for h in m.halves
-        ]
-        end_transactions(settings, rollbacks, commit=False)
-        if commits:
-            end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
+        covered = {m.attempt_id for m in written if decision.commit and m.attempt_id in decision.attempts}
+        end_transactions(settings, [h for m in written if m.attempt_id not in covered for h in m.halves], commit=False)
         if decision is wanted and decision.commit:
+            commits = [h for m in written if m.attempt_id in covered for h in m.halves]
+            end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
             ledger.put(write_id, batch, replace(decision, ended=True))
+        # A decision recorded by another run is not ended here: that run may have ended some of its halves
+        # before it died. The check-back commits the rest after the grace, never one stored already.
         ledger.prune(now)
 
 

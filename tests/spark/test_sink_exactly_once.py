@@ -164,6 +164,21 @@ def test_check_backs_commit_a_decided_batch_once_and_roll_back_the_rest(servers:
     assert len(visible(servers, "EosChecks")) == 20
 
 
+def test_a_driver_dead_mid_ends_has_the_rest_committed_and_nothing_twice(servers: GatewayServers) -> None:
+    """Halves checked back (so copied) while undecided; then a driver records commit and ends half of them
+    before dying. The check-back commits the other half and rolls back the copies of the ended ones."""
+    servers.create_topic("EosMidEnds", 1)
+    settings = sink_settings(servers, "eos_mid_ends_pg")
+    written = halves(settings, "EosMidEnds", "w4 0 a", 20)
+    time.sleep(2.5)  # older than transactionTimeOut: checked, answered unknown, copied
+    ledger = eo.Ledger(settings)
+    ledger.put("w4", 0, eo.Decision(True, round(time.time(), 3), 1.0, frozenset({"a"})))
+    eo.end_transactions(settings, written[:10], commit=True, deadline=time.time() + 30)
+    wait_for(lambda: len(visible(servers, "EosMidEnds")) >= 20, 15, "the rest committed by the check-back")
+    half_queue_settles(servers)
+    assert sorted(visible(servers, "EosMidEnds")) == sorted(f"a-{i}".encode() for i in range(20))
+
+
 def write(spark: Any, servers: GatewayServers, df: Any, topic: str, **options: str) -> None:
     (
         df.write.format("rocketmq")
