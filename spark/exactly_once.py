@@ -34,12 +34,14 @@ from typing import Any
 from pyspark import TaskContext
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
+from twisted.logger import Logger
 
 from gateway.acl.signer import SessionCredentials
 from gateway.client import blocking
 from gateway.client.security import ClientSecurity
 from gateway.client.transaction_producer import LocalTransactionState
 from gateway.remoting import fastjson
+from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.bodies import KVTable
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -57,6 +59,8 @@ from gateway.tls.config import TlsConfig
 
 from .sink import OutgoingMessage, SendUnit, SinkSettings, open_producer, row_messages, unit_for
 
+log = Logger()
+
 LEDGER_NAMESPACE = "SPARK_ROCKETMQ_EXACTLY_ONCE"
 TXN_PROPERTY = "SPARK_TXN"
 BATCH_WRITE = -1  # the batch id of a (non-streaming) df.write
@@ -69,6 +73,7 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # where a 5.x broker parks timer messages
 EXIT_AFTER_DECISION = "ROCKETMQ_SPARK_EOS_EXIT_AFTER_DECISION"  # test hook, see record_decision_hook
 _END_WINDOW = 256
+CONTROL_TIMEOUT = 10.0  # seconds
 
 
 class ExactlyOnceError(RuntimeError):
@@ -148,6 +153,13 @@ def answer(decision: Decision | None, attempt_id: str, now: float) -> LocalTrans
     return LocalTransactionState.COMMIT_MESSAGE
 
 
+def connect(settings: SinkSettings, addr: str) -> BlockingConnection:
+    """A connection for the ledger, the ends and the queries: the sink's TLS and ACL, and a timeout of at
+    least :data:`CONTROL_TIMEOUT` (a slow answer here is no reason to fail a batch)."""
+    connection = settings.connection()
+    return replace(connection, timeout=max(connection.timeout, CONTROL_TIMEOUT)).connect(addr)
+
+
 class Ledger:
     """Decisions in the NameServers' KV config: written to every NameServer, read from any."""
 
@@ -159,13 +171,13 @@ class Ledger:
         return f"{write_id}.{batch_id}"
 
     def get(self, write_id: str, batch_id: int) -> Decision | None:
-        """The recorded decision; None if no NameServer holds one. OSError if none answers."""
+        """The recorded decision; None if no NameServer holds one. ExactlyOnceError if none answers."""
         header = KVConfigRequestHeader(LEDGER_NAMESPACE, self.key(write_id, batch_id))
         error: OSError | None = None
         answered = False
         for addr in self.settings.namesrv:
             try:
-                with self.settings.connection().connect(addr) as conn:
+                with connect(self.settings, addr) as conn:
                     resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KV_CONFIG, header.encode()))
             except OSError as e:
                 error = e
@@ -176,7 +188,7 @@ class Ledger:
                 if value:
                     return Decision.from_text(value)
         if not answered:
-            raise error or OSError("no NameServer")
+            raise ExactlyOnceError(f"no NameServer answered for the transaction ledger: {error}") from error
         return None
 
     def put(self, write_id: str, batch_id: int, decision: Decision) -> None:
@@ -198,7 +210,7 @@ class Ledger:
         :data:`KEEP_PER_WRITE` of their write or older than :data:`RESOLVED_TTL`; any older than :data:`MAX_TTL`."""
         addr = self.settings.namesrv[0]
         header = GetKVListByNamespaceRequestHeader(LEDGER_NAMESPACE)
-        with self.settings.connection().connect(addr) as conn:
+        with connect(self.settings, addr) as conn:
             resp = conn.invoke(RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, header.encode()))
         if resp.code != ResponseCode.SUCCESS or not resp.body:
             return
@@ -222,7 +234,7 @@ class Ledger:
 
     def _invoke(self, addr: str, code: int, header: KVConfigRequestHeader) -> None:
         try:
-            with self.settings.connection().connect(addr) as conn:
+            with connect(self.settings, addr) as conn:
                 resp = conn.invoke(RemotingCommand.request(code, header.encode()))
         except OSError as e:
             raise ExactlyOnceError(f"the transaction ledger on {addr} is unreachable: {e}") from e
@@ -293,7 +305,7 @@ def already_stored(settings: SinkSettings, half: MessageExt) -> bool:
     timer (QUERY_MESSAGE of its UNIQ_KEY on the half's broker)."""
     real_topic = half.properties.get(MessageConst.REAL_TOPIC, "")
     uniq = half.uniq_key
-    with settings.connection().connect(half.store_host) as conn:
+    with connect(settings, half.store_host) as conn:
         for topic in (real_topic, SCHEDULE_TOPIC, TIMER_TOPIC):
             header = QueryMessageRequestHeader(topic, uniq or "", 32, half.born_timestamp, int(time.time() * 1000))
             request = RemotingCommand.request(RequestCode.QUERY_MESSAGE, header.encode())
@@ -456,11 +468,17 @@ class ExactlyOnce:
         decision = ledger.decide(write_id, batch, wanted)
         record_decision_hook()
         covered = {m.attempt_id for m in written if decision.commit and m.attempt_id in decision.attempts}
-        end_transactions(settings, [h for m in written if m.attempt_id not in covered for h in m.halves], commit=False)
+        left = end_transactions(
+            settings, [h for m in written if m.attempt_id not in covered for h in m.halves], commit=False
+        )
         if decision is wanted and decision.commit:
             commits = [h for m in written if m.attempt_id in covered for h in m.halves]
-            end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
-            ledger.put(write_id, batch, replace(decision, ended=True))
+            left_committed = end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
+            if not left_committed:
+                ledger.put(write_id, batch, replace(decision, ended=True))
+            left += left_committed
+        if left:
+            log.warn("{n} half messages of {key} left to the check-back", n=left, key=Ledger.key(write_id, batch))
         # A decision recorded by another run is not ended here: that run may have ended some of its halves
         # before it died. The check-back commits the rest after the grace, never one stored already.
         ledger.prune(now)
@@ -477,41 +495,49 @@ def record_decision_hook() -> None:
 
 
 def end_transactions(
-    settings: SinkSettings, halves: Iterable[HalfMessage], *, commit: bool, deadline: float = 0.0
-) -> None:
-    """END_TRANSACTION (COMMIT or ROLLBACK) for ``halves``, pipelined per broker in their order, each
-    answer checked. A commit that would go past ``deadline`` (epoch seconds) is left to the check-back."""
+    settings: SinkSettings, halves: Iterable[HalfMessage], *, commit: bool, deadline: float = float("inf")
+) -> int:
+    """END_TRANSACTION (COMMIT or ROLLBACK) for ``halves``, pipelined per broker in their order; how many
+    were not ended for sure (refused, unanswered, or commits not sent before ``deadline``, epoch seconds).
+    Those are left to the check-back, so none of this fails the write."""
     kind = MessageSysFlag.TRANSACTION_COMMIT_TYPE if commit else MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
     by_addr: dict[str, list[HalfMessage]] = {}
     for h in halves:
         by_addr.setdefault(h.addr, []).append(h)
-    failures: list[str] = []
+    left = 0
     for addr, items in by_addr.items():
-        with settings.connection().connect(addr) as conn:
-            asked = 0
-            answered = 0
-            while answered < len(items):
-                while asked < len(items) and asked - answered < _END_WINDOW:
-                    if commit and time.time() > deadline:
-                        raise ExactlyOnceError(
-                            f"{len(items) - asked} commits to {addr} not sent in time: left to the check-back"
-                        )
-                    h = items[asked]
-                    header = EndTransactionRequestHeader(
-                        producer_group=settings.producer_group,
-                        tran_state_table_offset=h.tran_state_table_offset,
-                        commit_log_offset=h.commit_log_offset,
-                        commit_or_rollback=kind,
-                        msg_id=h.msg_id,
-                        transaction_id=h.transaction_id,
-                        bname=h.broker,
-                    )
-                    conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode()))
-                    asked += 1
-                resp = conn.receive()
-                answered += 1
-                if resp.code != ResponseCode.SUCCESS:
-                    failures.append(f"{addr} answered {resp.code}: {resp.remark}")
-    if failures:
-        what = "commit" if commit else "roll back"
-        raise ExactlyOnceError(f"{len(failures)} half messages did not {what}; first: {failures[0]}")
+        ended = 0
+        try:
+            ended = _end_on(settings, addr, items, kind, deadline)
+        except OSError as e:
+            log.warn("ending transactions on {addr} failed: {error}", addr=addr, error=e)
+        left += len(items) - ended
+    return left
+
+
+def _end_on(settings: SinkSettings, addr: str, items: list[HalfMessage], kind: int, deadline: float) -> int:
+    """END_TRANSACTION of ``items`` on one connection, ``_END_WINDOW`` in flight; how many succeeded."""
+    ended = asked = answered = 0
+    with connect(settings, addr) as conn:
+        while answered < asked or (asked < len(items) and time.time() <= deadline):
+            while asked < len(items) and asked - answered < _END_WINDOW and time.time() <= deadline:
+                h = items[asked]
+                header = EndTransactionRequestHeader(
+                    producer_group=settings.producer_group,
+                    tran_state_table_offset=h.tran_state_table_offset,
+                    commit_log_offset=h.commit_log_offset,
+                    commit_or_rollback=kind,
+                    msg_id=h.msg_id,
+                    transaction_id=h.transaction_id,
+                    bname=h.broker,
+                )
+                conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode()))
+                asked += 1
+            resp = conn.receive()
+            answered += 1
+            if resp.code == ResponseCode.SUCCESS:
+                ended += 1
+            else:
+                log.warn("{addr} did not end a half message: {code} {remark}", addr=addr, code=resp.code,
+                         remark=resp.remark)  # fmt: skip
+    return ended

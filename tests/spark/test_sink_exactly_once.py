@@ -139,10 +139,11 @@ def test_halves_stay_invisible_until_the_decision_ends_them_in_order(servers: Ga
     settings = sink_settings(servers, "eos_pieces_pg")
     written = halves(settings, "EosPieces", "w2 0 ok", 40)
     assert len(written) == 40 and visible(servers, "EosPieces") == []
-    eo.end_transactions(settings, written, commit=True, deadline=time.time() + 30)
+    assert eo.end_transactions(settings, written, commit=True, deadline=time.time() + 30) == 0
     assert visible(servers, "EosPieces") == [f"ok-{i}".encode() for i in range(40)]
     rolled = halves(settings, "EosPieces", "w2 1 no", 5)
-    eo.end_transactions(settings, rolled, commit=False)
+    assert eo.end_transactions(settings, rolled, commit=True, deadline=time.time() - 1) == 5  # too late: none sent
+    assert eo.end_transactions(settings, rolled, commit=False) == 0
     time.sleep(2.5)  # check passes come and go
     assert len(visible(servers, "EosPieces")) == 40
 
@@ -173,7 +174,7 @@ def test_a_driver_dead_mid_ends_has_the_rest_committed_and_nothing_twice(servers
     time.sleep(2.5)  # older than transactionTimeOut: checked, answered unknown, copied
     ledger = eo.Ledger(settings)
     ledger.put("w4", 0, eo.Decision(True, round(time.time(), 3), 1.0, frozenset({"a"})))
-    eo.end_transactions(settings, written[:10], commit=True, deadline=time.time() + 30)
+    assert eo.end_transactions(settings, written[:10], commit=True, deadline=time.time() + 30) == 0
     wait_for(lambda: len(visible(servers, "EosMidEnds")) >= 20, 15, "the rest committed by the check-back")
     half_queue_settles(servers)
     assert sorted(visible(servers, "EosMidEnds")) == sorted(f"a-{i}".encode() for i in range(20))
