@@ -9,14 +9,15 @@ the driver what END_TRANSACTION needs for each half message.
 On the driver, ``commit`` first records the decision in the *ledger*, the NameServers' KV config
 (namespace :data:`LEDGER_NAMESPACE`, key ``<write id>.<batch id>``): "commit" and the attempt ids whose
 halves it covers. Then it ends those halves with COMMIT, in order per queue, and marks the decision
-ended. ``abort`` records "abort" and ends them with ROLLBACK. A decision, once recorded, stands: a batch
-that Spark runs again (its driver died after the decision, before Spark's own commit log) has its new
-halves rolled back, and the old ones are settled by the check-back.
+ended; the halves of other attempts it rolls back. ``abort`` records "abort" and rolls back. A decision,
+once recorded, stands: a batch that Spark runs again (its driver died after the decision, before Spark's
+own commit log) writes nothing, and only the run that recorded a commit ends its halves with COMMIT.
 
 The check-back: a broker asks a producer of the group (CHECK_TRANSACTION_STATE) about halves nobody
 ended. Every Python worker that ran an exactly-once task keeps a producer of the group registered and
-answers from the ledger (:func:`answer`), so the halves of failed attempts are rolled back and those of a
-decision whose ends were lost are committed once the driver's grace period is over.
+answers from the ledger (:func:`answer`): the halves of failed attempts are rolled back, and those of a
+commit whose driver did not mark it ended are committed once its grace is over, unless their topic holds
+them already (the driver ended them before it died, and the half asked about is the broker's copy).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from gateway.remoting.headers import (
 )
 from gateway.remoting.message import MessageConst, MessageExt, MessageSysFlag, decode_offset_message_id, decode_records
 from gateway.remoting.names import SCHEDULE_TOPIC
+from gateway.store.message_store import TIMER_TOPIC
 from gateway.tls.config import TlsConfig
 
 from .sink import OutgoingMessage, SendUnit, SinkSettings, open_producer, row_messages, unit_for
@@ -70,14 +72,13 @@ RESOLVED_TTL = 3600.0  # seconds an ended or aborted decision is kept at most
 MAX_TTL = 7 * 24 * 3600.0  # seconds any decision is kept
 MAX_REMEMBERED = 100_000  # decisions and committed messages a check-back answerer remembers
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
-TIMER_TOPIC = "rmq_sys_wheel_timer"  # where a 5.x broker parks timer messages
 EXIT_AFTER_DECISION = "ROCKETMQ_SPARK_EOS_EXIT_AFTER_DECISION"  # test hook, see record_decision_hook
 _END_WINDOW = 256
 CONTROL_TIMEOUT = 10.0  # seconds
 
 
 class ExactlyOnceError(RuntimeError):
-    """A half message not stored, or a decision not recorded or not carried out."""
+    """The ledger cannot be read or written, or a broker refuses a check-back's query."""
 
 
 @dataclass(frozen=True)
@@ -336,8 +337,8 @@ _participants_lock = threading.Lock()
 
 
 def participant(settings: SinkSettings) -> blocking.TransactionProducer:
-    """This process's producer of the group: sends the halves and answers check-backs for as long as the
-    process lives (Spark reuses its Python workers), so one is made per process and settings."""
+    """This process's producer of the group, which answers check-backs from the ledger (:class:`LedgerListener`)
+    for as long as the process lives: Spark reuses its Python workers, so one is made per process and settings."""
     key = (
         settings.namesrv,
         settings.producer_group,
