@@ -6,6 +6,7 @@ The broker checks unresolved halves every 0.5 s once they are 1 s old, so check-
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -288,8 +289,12 @@ def test_a_stream_killed_between_its_decision_and_the_ends_resumes_exactly_once(
         # Batch 0 is settled by the check-back once the dead driver's grace is over.
         wait_for(lambda: len(stored(servers, "EosSink", 2)) >= 1000, 30, "every row in the sink")
         time.sleep(2)  # more check passes: nothing twice
-        bodies = sorted(m.body for m in stored(servers, "EosSink", 2))
-        assert bodies == sorted(b"row-%d" % i for i in range(1000))
+        msgs = stored(servers, "EosSink", 2)
+        assert sorted(m.body for m in msgs) == sorted(b"row-%d" % i for i in range(1000))
+        # The write id is the query's, read by the tasks from Spark's local properties, as is the batch.
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        txns = [eo.parse_txn(m.properties[eo.TXN_PROPERTY]) for m in msgs]
+        assert {t[0] for t in txns if t} == {query_id} and {t[1] for t in txns if t} == {0, 1, 2}
     finally:
         stop.touch()
         try:
