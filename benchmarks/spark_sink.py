@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, default=1024, help="body bytes (at least 16)")
     p.add_argument("--queues", type=int, default=8)
     p.add_argument("--partitions", type=int, default=2, help="write tasks")
-    p.add_argument("--batch-size", type=int, default=32, help="the sink's batchSize")
+    p.add_argument("--batch-size", type=int, default=128, help="the sink's batchSize (default 128)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--exactly-once", action="store_true", help="also write with deliveryGuarantee=exactly-once")
