@@ -392,7 +392,8 @@ def send_halves(settings: SinkSettings, txn: str, outgoing: Iterable[OutgoingMes
         broker = unit.mq.broker_name
         stored[uniq] = HalfMessage(broker, addr, answer.queue_offset, commit_log_offset, uniq, answer.transaction_id)
 
-    sender = open_producer(settings, on_sent)
+    # One message a request: as many in flight as at-least-once has messages in its batches.
+    sender = open_producer(replace(settings, window=settings.window * settings.batch_size), on_sent)
     try:
         for out in outgoing:
             msg = out.message
