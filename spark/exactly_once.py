@@ -401,14 +401,15 @@ def send_halves(settings: SinkSettings, txn: str, outgoing: Iterable[OutgoingMes
             msg.properties[MessageConst.PRODUCER_GROUP] = settings.producer_group
             msg.properties[TXN_PROPERTY] = txn
             order.append(msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
-            topics.add(msg.topic)
+            if msg.topic not in topics:  # known before its first half can need a check-back
+                make_known(settings, [msg.topic])
+                topics.add(msg.topic)
             # A keyed row keeps its queue on a retry; the order within a queue is made by the ENDs.
             queue = sender.chooser.choose(msg.topic, out.sharding_key)
             sender.send(unit_for(queue, [msg], out.sharding_key is not None))
         sender.flush()
     finally:
         sender.close()
-    make_known(settings, topics)
     return [stored[uniq] for uniq in order]
 
 
