@@ -74,6 +74,7 @@ MAX_REMEMBERED = 100_000  # decisions and committed messages a check-back answer
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
 EXIT_AFTER_DECISION = "ROCKETMQ_SPARK_EOS_EXIT_AFTER_DECISION"  # test hook, see record_decision_hook
 _END_WINDOW = 256
+HALVES_IN_FLIGHT = 64  # per task; half messages cannot be batched
 CONTROL_TIMEOUT = 10.0  # seconds
 
 
@@ -392,8 +393,9 @@ def send_halves(settings: SinkSettings, txn: str, outgoing: Iterable[OutgoingMes
         broker = unit.mq.broker_name
         stored[uniq] = HalfMessage(broker, addr, answer.queue_offset, commit_log_offset, uniq, answer.transaction_id)
 
-    # One message a request: as many in flight as at-least-once has messages in its batches.
-    sender = open_producer(replace(settings, window=settings.window * settings.batch_size), on_sent)
+    # One message a request: more of them in flight than at-least-once's batches, within a bound on memory.
+    window = min(settings.window * settings.batch_size, HALVES_IN_FLIGHT)
+    sender = open_producer(replace(settings, window=window), on_sent)
     try:
         for out in outgoing:
             msg = out.message
