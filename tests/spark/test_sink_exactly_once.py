@@ -73,14 +73,18 @@ def visible(servers: GatewayServers, topic: str, queues: int = 1) -> list[bytes]
     return [m.body for m in stored(servers, topic, queues)]
 
 
+def half_queue_end(servers: GatewayServers) -> int:
+    request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": TRANS_HALF_TOPIC, "queueId": "0"})
+    return int(call(servers.broker_addr, request).ext_fields["offset"])
+
+
 def half_queue_settles(servers: GatewayServers, timeout: float = 20) -> None:
     """Wait until every half message is ended: while one is not, each check pass appends a copy of it."""
-    request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": TRANS_HALF_TOPIC, "queueId": "0"})
     deadline = time.monotonic() + timeout
     last, since = -1, time.monotonic()
     while time.monotonic() - since < 3:  # six check passes without a copy
         assert time.monotonic() < deadline, "half messages still checked back"
-        offset = int(call(servers.broker_addr, request).ext_fields["offset"])
+        offset = half_queue_end(servers)
         if offset != last:
             last, since = offset, time.monotonic()
         time.sleep(0.25)
@@ -264,18 +268,28 @@ def kill(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-@pytest.mark.slow  # two driver JVMs of its own: about 50 s
-def test_a_stream_killed_between_its_decision_and_the_ends_resumes_exactly_once(
+@pytest.mark.slow  # three driver JVMs of its own: 1 to 2 minutes
+def test_a_stream_killed_mid_write_and_between_decision_and_ends_resumes_exactly_once(
     servers: GatewayServers, tmp_path: Path
 ) -> None:
-    """The issue's test: a driver dies mid-batch, after recording its commit and before ending a half;
-    restarted from its checkpoint, every source row is in the sink once."""
+    """The issue's test: a driver killed while its tasks write, then one that dies after recording its commit
+    and before ending a half; restarted from its checkpoint, every source row is in the sink once and
+    nothing of the killed runs' other halves."""
     servers.create_topic("EosSource", 2)
     servers.create_topic("EosSink", 2)
     with blocking.Producer("eos_source_pg", servers.namesrv_addr) as producer:
         for i in range(1000):
             producer.send(build_message("EosSource", b"row-%d" % i, keys=f"k{i % 13}"))
     checkpoint, stop, marker = tmp_path / "checkpoint", tmp_path / "stop", tmp_path / "decided"
+
+    # Killed while its tasks write: halves stored, nothing decided.
+    halves_before = half_queue_end(servers)
+    writing = driver(servers, checkpoint, stop, **{eo.EXIT_AFTER_DECISION: str(marker)})
+    try:
+        wait_for(lambda: half_queue_end(servers) > halves_before or marker.exists(), 120, "half messages stored")
+    finally:
+        out = kill(writing)
+    assert not marker.exists(), out  # (if the kill came this late, the run below is the same test)
 
     first = driver(servers, checkpoint, stop, **{eo.EXIT_AFTER_DECISION: str(marker)})
     try:
