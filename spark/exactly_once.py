@@ -480,13 +480,21 @@ class ExactlyOnce:
             commits = [h for m in written if m.attempt_id in covered for h in m.halves]
             left_committed = end_transactions(settings, commits, commit=True, deadline=decision.at + decision.grace / 2)
             if not left_committed:
-                ledger.put(write_id, batch, replace(decision, ended=True))
+                _best_effort(ledger.put, write_id, batch, replace(decision, ended=True))
             left += left_committed
         if left:
             log.warn("{n} half messages of {key} left to the check-back", n=left, key=Ledger.key(write_id, batch))
         # A decision recorded by another run is not ended here: that run may have ended some of its halves
         # before it died. The check-back commits the rest after the grace, never one stored already.
-        ledger.prune(now)
+        _best_effort(ledger.prune, now)
+
+
+def _best_effort(change: Any, *args: Any) -> None:
+    """A ledger change the outcome does not hang on (marking a decision ended, pruning): logged if it fails."""
+    try:
+        change(*args)
+    except (ExactlyOnceError, OSError) as e:
+        log.warn("transaction ledger not tidied: {error}", error=e)
 
 
 def record_decision_hook() -> None:
