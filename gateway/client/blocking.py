@@ -231,6 +231,11 @@ class TransactionProducer(Producer):
     def send_message_in_transaction(self, msg: Message, arg: Any = None) -> transaction_producer.TransactionSendResult:
         return self._call(self.core.send_message_in_transaction, msg, arg)
 
+    def send_heartbeat(self) -> None:
+        """Heartbeat every broker known now: a broker checks half messages back only with producers it has heard
+        of, so one that sends halves without ``send_message_in_transaction`` calls this once they are stored."""
+        self._call(self.core.client.send_heartbeat_to_all_brokers)
+
 
 class PullConsumer(_Started, _MQAdmin):
     """Blocking :class:`~gateway.client.consumer.PullConsumer`."""
