@@ -92,7 +92,7 @@ class StandaloneCluster:
 
     def add_worker(self, timeout: float = 60.0) -> None:
         """One more worker, returning once the master counts it alive."""
-        n = len(self.procs)
+        n = len(self.procs) - 1  # workers so far (the master is the first process)
         work = self.root / f"work-{n}"
         work.mkdir(exist_ok=True)
         worker = self._spawn(
@@ -101,7 +101,7 @@ class StandaloneCluster:
         )  # fmt: skip
         deadline = time.monotonic() + timeout
         self._wait_for(worker, _WORKER_UP, deadline)
-        while self.status().get("aliveworkers", 0) < n:
+        while self.status().get("aliveworkers", 0) <= n:
             self._check_deadline(deadline, "the master to count the worker")
             time.sleep(0.2)
 

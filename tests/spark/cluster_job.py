@@ -1,17 +1,18 @@
-"""A driver for tests/spark/test_cluster.py, run as its own process on a standalone cluster:
+"""A driver for tests/spark/test_cluster.py, submitted to a standalone cluster with this project as a zip:
 
-    python -m tests.spark.cluster_job --master spark://127.0.0.1:PORT --namesrv ADDR --read TOPIC --write TOPIC --rows N
+    spark-submit --master spark://127.0.0.1:PORT --py-files rocketmq_gateway.zip tests/spark/cluster_job.py \
+        --namesrv ADDR --read TOPIC --write TOPIC --rows N
 
 reads every message of ``--read`` with the ``rocketmq`` source, then writes ``--rows`` rows to ``--write`` with the
 sink (a ``shardingKey`` of ``key-<id % 8>``, keys ``id-<id>``, a property), and prints one JSON line: the bodies
-read, the rows per input partition, and which executor ran each task of the two jobs (from the driver's REST API).
+read, the input partitions, which executor ran each task of the two jobs (from the driver's REST API) and where
+the executors' Python imported the ``spark`` package from.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import urllib.request
 from typing import Any
@@ -32,7 +33,7 @@ def tasks(spark: Any, group: str) -> list[dict[str, Any]]:
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    for name in ("--master", "--namesrv", "--read", "--write"):
+    for name in ("--namesrv", "--read", "--write"):
         p.add_argument(name, required=True)
     p.add_argument("--rows", type=int, required=True)
     args = p.parse_args()
@@ -42,8 +43,7 @@ def main() -> int:
     from spark import RocketMQDataSource
 
     spark = (
-        SparkSession.builder.master(args.master)
-        .appName("rocketmq-cluster-test")
+        SparkSession.builder.appName("rocketmq-cluster-test")
         .config("spark.ui.port", "0")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.executor.memory", "512m")
@@ -58,6 +58,7 @@ def main() -> int:
         df = spark.read.format("rocketmq").option("namesrvAddr", args.namesrv).option("topic", args.read).load()
         rows = df.select("broker", "queueId", "body", F.spark_partition_id().alias("partition")).collect()
         read_tasks = tasks(spark, "read")
+        imported = sc.parallelize(range(2), 2).map(lambda _: __import__("spark").__file__).distinct().collect()
 
         sc.setJobGroup("write", "write rows")
         out = spark.range(args.rows).selectExpr(
@@ -73,7 +74,7 @@ def main() -> int:
         print(
             json.dumps(
                 {
-                    "driver_pid": os.getpid(),
+                    "imported_from": imported,
                     "bodies": [r.body.decode() for r in rows],
                     "partitions": sorted({(r.partition, r.broker, r.queueId) for r in rows}),
                     "read_tasks": read_tasks,

@@ -1,6 +1,8 @@
 """The ``rocketmq`` source and sink and ``python -m spark.trace_ingest`` on a real cluster: Spark's own standalone
 master and a worker (from the installed pyspark, loopback only), drivers as processes of their own, executors in
-their own JVMs whose Python workers import this tree from PYTHONPATH, against our NameServer and two brokers."""
+their own JVMs, against our NameServer and two brokers. The code reaches the executors as the README says: a zip of
+the project passed with ``--py-files`` (to spark-submit, and to trace_ingest); the worker's PYTHONPATH holds this
+tree as well, for the modules Spark imports before the zip arrives."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from compat_tests.spark_cluster import Brokers, StandaloneCluster
+from compat_tests.spark_cluster import Brokers, StandaloneCluster, spark_home
 from gateway.client import blocking, build_message
 from gateway.remoting.message import decode_records
 from gateway.remoting.names import TRACE_TOPIC
@@ -47,12 +49,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
     c.stop()
 
 
-def run(cluster: StandaloneCluster, *argv: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def code_zip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This tree's packages zipped with the README's command."""
+    out = tmp_path_factory.mktemp("dist") / "rocketmq_gateway.zip"
+    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(out), "gateway", "spark"], cwd=ROOT, check=True)
+    return out
+
+
+def run(cluster: StandaloneCluster, command: list[str]) -> subprocess.CompletedProcess[str]:
     """A driver process on the cluster; its output in the assertion message when it fails."""
-    proc = subprocess.run(
-        [sys.executable, *argv], cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=JOB_TIMEOUT
+    proc = subprocess.run(command, cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, (
+        f"{command} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     )
-    assert proc.returncode == 0, f"{argv} exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
 
 
@@ -70,7 +80,7 @@ def stored(brokers: Brokers, topic: str) -> list[tuple[str, int, object]]:
 
 
 def test_trace_ingest_runs_on_the_cluster_over_both_brokers(
-    cluster: StandaloneCluster, brokers: Brokers, tmp_path: Path
+    cluster: StandaloneCluster, brokers: Brokers, code_zip: Path, tmp_path: Path
 ) -> None:
     seen = traffic(brokers, "C")  # type: ignore[arg-type]  # create_topic and namesrv_addr, as GatewayServers
     want = Counter({"Pub": 15, "SubBefore": 12, "SubAfter": 12, "EndTransaction": 2})
@@ -79,8 +89,8 @@ def test_trace_ingest_runs_on_the_cluster_over_both_brokers(
         assert time.monotonic() < deadline, f"trace topic holds {have}"
         time.sleep(0.2)
     out = tmp_path / "out"
-    argv = ["-m", "spark.trace_ingest", "--namesrv", brokers.namesrv_addr, "--out", str(out)]
-    proc = run(cluster, *argv, "--master", cluster.master_url)
+    ingest = [sys.executable, "-m", "spark.trace_ingest", "--namesrv", brokers.namesrv_addr, "--out", str(out)]
+    proc = run(cluster, [*ingest, "--master", cluster.master_url, "--py-files", str(code_zip)])
 
     assert f"reading {TRACE_TOPIC}: " in proc.stdout and " on 2 broker(s)" in proc.stdout
     traces = pq.read_table(out / "traces").to_pylist()
@@ -93,9 +103,11 @@ def test_trace_ingest_runs_on_the_cluster_over_both_brokers(
     assert seen["a"] in (out / "report" / "latency.csv").read_text()
     apps = cluster.status()["completedapps"]
     assert [a["name"] for a in apps] == ["rocketmq-trace-ingest"]
+    shipped = list(cluster.root.glob(f"work-*/{apps[0]['id']}/*/{code_zip.name}"))
+    assert shipped, "the executor did not fetch the --py-files zip"
 
 
-def test_read_and_write_jobs_run_in_executors(cluster: StandaloneCluster, brokers: Brokers) -> None:
+def test_read_and_write_jobs_run_in_executors(cluster: StandaloneCluster, brokers: Brokers, code_zip: Path) -> None:
     source, target, rows = "ClusterRead", "ClusterWrite", 2000
     brokers.create_topic(source, 2)
     brokers.create_topic(target, 2)
@@ -104,10 +116,11 @@ def test_read_and_write_jobs_run_in_executors(cluster: StandaloneCluster, broker
             producer.send(build_message(source, b"m%d" % i))
     before = {r["name"] for r in cluster.status()["completedapps"]}
 
+    submit = str(spark_home() / "bin" / "spark-submit")
+    job = ["tests/spark/cluster_job.py", "--namesrv", brokers.namesrv_addr, "--read", source, "--write", target]
     proc = run(
-        cluster, "-m", "tests.spark.cluster_job", "--master", cluster.master_url, "--namesrv",
-        brokers.namesrv_addr, "--read", source, "--write", target, "--rows", str(rows),
-    )  # fmt: skip
+        cluster, [submit, "--master", cluster.master_url, "--py-files", str(code_zip), *job, "--rows", str(rows)]
+    )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
 
     # Read: every message once, one input partition per queue of both brokers, every task in an executor.
@@ -116,6 +129,7 @@ def test_read_and_write_jobs_run_in_executors(cluster: StandaloneCluster, broker
     for job in ("read_tasks", "write_tasks"):
         assert out[job] and all(t["executor"].isdigit() for t in out[job]), out[job]  # the driver's is "driver"
     assert {r["name"] for r in cluster.status()["completedapps"]} - before == {"rocketmq-cluster-test"}
+    assert out["imported_from"] and all(f"{code_zip.name}/spark/" in f for f in out["imported_from"]), out
 
     # Write: every row once, on both brokers, a sharding key's rows on one queue, properties kept.
     messages = stored(brokers, target)
