@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from gateway.acl.signer import SessionCredentials
+from gateway.config import ConfigError
 from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.bodies import TopicRouteData
@@ -66,7 +67,10 @@ def connection_options(
     if bool(access_key) != bool(secret_key):
         raise error("options accessKey and secretKey go together")
     tls = {_TLS_KEYS.get(k, k): v for k, v in options.items() if k.startswith("tls.")}
-    TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
+    try:
+        TlsConfig.from_properties(tls, "data source options")  # bad values fail here, not in a worker
+    except ConfigError as e:
+        raise error(str(e)) from None
     return namesrv, access_key, secret_key, tls
 
 

@@ -1,12 +1,14 @@
 """The ``rocketmq`` sink on real Spark (local[2]) against our broker in a child process: 10,000 rows written
 and read back by the C++ 4.x client and by the source (keyed rows in order on one queue, delays kept), a
-stream copying a topic batch by batch, the broker's refusals in the job's error, ACL and TLS."""
+stream copying a topic batch by batch, the broker's refusals in the job's error, retries on another
+broker, ACL and TLS."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,11 +22,14 @@ from pyspark.sql import Row
 from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, StructField, StructType
 
 from compat_tests.secure_servers import APP, acl_servers, pki, tls_context, tls_servers  # noqa: F401
-from compat_tests.servers import GatewayServers, call, create_topic_request
+from compat_tests.servers import GatewayServers, call, create_topic_request, free_broker_port, free_port
 from gateway.remoting.bodies import MessageQueue
+from gateway.remoting.message import java_string_hash
 from gateway.tls import certs
 from spark import queues as rq
 from spark import sink
+from spark.columns import RecordColumns
+from tests.ha.procs import Proc, until, write_properties
 
 pytestmark = pytest.mark.spark
 
@@ -247,7 +252,9 @@ def test_tls_options_reach_an_enforcing_mutual_tls_cluster(
         ({"namesrvAddr": "127.0.0.1:1", "topic": "bad topic!"}, "option topic"),
         ({"namesrvAddr": "127.0.0.1:1", "topic": "SCHEDULE_TOPIC_XXXX"}, "forbidden"),
         ({"namesrvAddr": "127.0.0.1:1", "accessKey": "ak"}, "accessKey and secretKey"),
+        ({"namesrvAddr": "127.0.0.1:1", "tls.enable": "maybe"}, "tls.enable"),
         ({"namesrvAddr": "127.0.0.1:1", "deliveryGuarantee": "at-most-once"}, "deliveryGuarantee"),
+        ({"namesrvAddr": "127.0.0.1:1", "producerGroup": "a b"}, "option producerGroup"),
         ({"namesrvAddr": "127.0.0.1:1", "maxInFlightBatches": "0"}, "maxInFlightBatches: 0 is not between 1 and 64"),
         ({"namesrvAddr": "127.0.0.1:1", "sendTimeoutMs": "soon"}, "sendTimeoutMs: not a number"),
     ],
@@ -275,6 +282,73 @@ def test_rows_that_cannot_be_messages_fail_the_task_naming_the_row() -> None:
         (Row(body=None, topic=None, delayTimeLevel=None, properties=None), "row 1 of the task: column body is null"),
         (Row(body=b"x", topic="no way", delayTimeLevel=None, properties=None), "row 1 of the task: column topic"),
         (Row(body=b"x", topic=None, delayTimeLevel=-1, properties=None), "delayTimeLevel is -1"),
+        (Row(body=b"x", topic=None, delayTimeLevel=None, properties={"a": None}), "properties: 'a' has no value"),
+        (Row(body=b"x", topic=None, delayTimeLevel=None, properties={"a": "1\x02DELAY\x013"}), r"\\x01 or \\x02"),
     ]:
         with pytest.raises(sink.SinkError, match=message):
             list(sink.row_messages(settings, schema, [good, bad]))
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path) -> Iterator[tuple[str, dict[str, Proc]]]:
+    """A NameServer and brokers broker-a and broker-b (child processes), with topic SinkTwoBrokers on both."""
+    ns_port = free_port()
+    namesrv = f"127.0.0.1:{ns_port}"
+    namesrv_conf = {"listenPort": str(ns_port), "bindAddress": "127.0.0.1", "kvConfigPath": str(tmp_path / "kv.json")}
+    procs = [Proc("gateway.namesrv", write_properties(tmp_path / "namesrv.properties", namesrv_conf), tmp_path)]
+    brokers: dict[str, Proc] = {}
+    try:
+        for name in ("broker-a", "broker-b"):
+            port = free_broker_port()
+            conf = {
+                "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerIP1": "127.0.0.1",
+                "bindAddress": "127.0.0.1", "listenPort": str(port), "namesrvAddr": namesrv,
+                "storePathRootDir": str(tmp_path / name), "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
+            }  # fmt: skip
+            brokers[name] = Proc("gateway.broker", write_properties(tmp_path / f"{name}.conf", conf), tmp_path)
+            procs.append(brokers[name])
+            addr = f"127.0.0.1:{port}"
+            until(lambda addr=addr: call(addr, create_topic_request("SinkTwoBrokers", 2)).code == 0, 30, name)
+        settings = rq.Settings.from_options(options_at(namesrv, "SinkTwoBrokers"))
+        until(lambda: len(rq.queues(settings)) == 4, 30, "both brokers routed")
+        yield namesrv, brokers
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def options_at(namesrv: str, topic: str, **more: str) -> dict[str, str]:
+    return {"namesrvAddr": namesrv, "topic": topic, **more}
+
+
+def read_all(opts: dict[str, str], broker: str) -> list[tuple]:
+    """Every message of the topic on ``broker``, read with the source's pieces (no Spark)."""
+    settings = rq.Settings.from_options(opts)
+    qs = [q for q in rq.queues(settings) if q.broker == broker]
+    ends = rq.queue_offsets(settings, qs, "latest")
+    columns = RecordColumns()
+    for q in qs:
+        end = ends[q.broker][str(q.queue_id)]
+        for body in rq.read_range(settings, q, 0, end):
+            columns.add_records(body, 0, end)
+    return columns.rows
+
+
+def test_batches_for_a_silent_broker_go_to_another_but_keyed_rows_fail(
+    two_brokers: tuple[str, dict[str, Proc]],
+) -> None:
+    namesrv, brokers = two_brokers
+    brokers["broker-b"].proc.send_signal(signal.SIGSTOP)  # frozen: still routed, connections accepted, no answer
+    settings = sink.SinkSettings.from_options(
+        options_at(namesrv, "SinkTwoBrokers", batchSize="10", sendTimeoutMs="500")
+    )
+    schema = StructType([StructField("body", BinaryType()), StructField("shardingKey", StringType())])
+    result = sink.AtLeastOnce().write(settings, schema, iter([(b"row %d" % i, None) for i in range(100)]))
+    assert result == sink.SentMessages(100, 10)
+    got = [r[10] for r in read_all(options_at(namesrv, "SinkTwoBrokers"), "broker-a")]
+    assert sorted(got) == sorted(b"row %d" % i for i in range(100))  # all on broker-a, none twice
+    # Keyed rows keep their queue: a key hashed to one of broker-b's (queues 2 and 3 of the 4) cannot move.
+    key = next(k for k in (f"k{i}" for i in range(100)) if abs(java_string_hash(k)) % 4 >= 2)
+    refused = r"send to broker-b queue \d of SinkTwoBrokers failed: 127\.0\.0\.1:\d+: .*\(after 3 attempts\)"
+    with pytest.raises(sink.SinkError, match=refused):
+        sink.AtLeastOnce().write(settings, schema, iter([(b"keyed", key)]))
