@@ -65,8 +65,6 @@ class StandaloneCluster:
             os.environ,
             SPARK_HOME=str(spark_home()),
             SPARK_LOCAL_IP="127.0.0.1",
-            SPARK_NO_DAEMONIZE="1",
-            SPARK_LOG_DIR=str(self.root / "logs"),
             SPARK_DAEMON_MEMORY="256m",  # the master's and workers' own heaps; executors get spark.executor.memory
             # No REST submission server: its fixed port (6066) would collide between clusters on one machine.
             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
