@@ -4,8 +4,9 @@ benchmarks that run jobs on a real cluster, where executors are JVMs of their ow
 import this project from ``pythonpath``. Also a NameServer with several brokers (``benchmarks.rss.start_ours``)
 and a topic on all of them, for those jobs to read and write.
 
-    with StandaloneCluster(tmp, pythonpath=[repo]).start() as cluster:
-        subprocess.run([sys.executable, "job.py", "--master", cluster.master_url], env=cluster.env())
+    cluster = StandaloneCluster(tmp, pythonpath=[repo]).start()
+    subprocess.run([sys.executable, "job.py", "--master", cluster.master_url], env=cluster.env())
+    cluster.stop()
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 from benchmarks.rss import start_ours, stop_process
 from compat_tests.servers import call, create_topic_request, jdk_tool
@@ -119,12 +119,6 @@ class StandaloneCluster:
         return "\n".join(
             f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in self.logs
         )
-
-    def __enter__(self) -> StandaloneCluster:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
 
     def _spawn(self, name: str, main_class: str, *args: str) -> subprocess.Popen[bytes]:
         log = self.root / f"{name}.log"
