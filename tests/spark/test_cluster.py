@@ -90,7 +90,8 @@ def test_trace_ingest_runs_on_the_cluster_over_both_brokers(
         time.sleep(0.2)
     out = tmp_path / "out"
     ingest = [sys.executable, "-m", "spark.trace_ingest", "--namesrv", brokers.namesrv_addr, "--out", str(out)]
-    proc = run(cluster, [*ingest, "--master", cluster.master_url, "--py-files", str(code_zip)])
+    conf = ["--conf", "spark.executor.memory=512m", "--conf", "spark.sql.shuffle.partitions=4"]
+    proc = run(cluster, [*ingest, "--master", cluster.master_url, "--py-files", str(code_zip), *conf])
 
     assert f"reading {TRACE_TOPIC}: " in proc.stdout and " on 2 broker(s)" in proc.stdout
     traces = pq.read_table(out / "traces").to_pylist()
@@ -102,7 +103,7 @@ def test_trace_ingest_runs_on_the_cluster_over_both_brokers(
     assert summary.startswith("trace records: Pub 15, SubBefore 12, SubAfter 12, EndTransaction 2")
     assert seen["a"] in (out / "report" / "latency.csv").read_text()
     apps = cluster.status()["completedapps"]
-    assert [a["name"] for a in apps] == ["rocketmq-trace-ingest"]
+    assert [(a["name"], a["memoryperexecutor"]) for a in apps] == [("rocketmq-trace-ingest", 512)]  # --conf taken
     shipped = list(cluster.root.glob(f"work-*/{apps[0]['id']}/*/{code_zip.name}"))
     assert shipped, "the executor did not fetch the --py-files zip"
 
