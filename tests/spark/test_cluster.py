@@ -127,8 +127,8 @@ def test_read_and_write_jobs_run_in_executors(cluster: StandaloneCluster, broker
     # Read: every message once, one input partition per queue of both brokers, every task in an executor.
     assert Counter(out["bodies"]) == Counter(f"m{i}" for i in range(300))
     assert sorted((b, q) for _, b, q in out["partitions"]) == [(b, q) for b in ("broker-a", "broker-b") for q in (0, 1)]
-    for job in ("read_tasks", "write_tasks"):
-        assert out[job] and all(t["executor"].isdigit() for t in out[job]), out[job]  # the driver's is "driver"
+    for tasks in (out["read_tasks"], out["write_tasks"]):
+        assert tasks and all(t["executor"].isdigit() for t in tasks), tasks  # the driver's id is "driver"
     assert {r["name"] for r in cluster.status()["completedapps"]} - before == {"rocketmq-cluster-test"}
     assert out["imported_from"] and all(f"{code_zip.name}/spark/" in f for f in out["imported_from"]), out
 
