@@ -43,7 +43,6 @@ from pyspark.sql.types import (
 )
 
 from . import queues as rq
-from . import sink
 from .columns import RecordColumns
 
 SCHEMA = StructType(
@@ -80,19 +79,23 @@ class RocketMQDataSource(DataSource):
     def schema(self) -> StructType:
         return SCHEMA
 
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """``df.write.format("rocketmq")`` (spark/sink.py); a topic is only appended to, whatever the mode."""
+        from . import sink  # the writers' imports (the client's), only when writing
+
+        return sink.RocketMQBatchWriter(sink.SinkSettings.from_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """``df.writeStream.format("rocketmq")`` (spark/sink.py)."""
+        from . import sink
+
+        return sink.RocketMQStreamWriter(sink.SinkSettings.from_options(self.options), schema)
+
     def reader(self, schema: StructType) -> DataSourceReader:
         return RocketMQBatchReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return RocketMQStreamReader(rq.Settings.from_options(self.options), rq.lower_keys(self.options), schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        """``df.write.format("rocketmq")`` (spark/sink.py); a topic is only appended to, whatever the mode."""
-        return sink.RocketMQBatchWriter(sink.SinkSettings.from_options(self.options), schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        """``df.writeStream.format("rocketmq")`` (spark/sink.py)."""
-        return sink.RocketMQStreamWriter(sink.SinkSettings.from_options(self.options), schema)
 
 
 def _ranges(qs: list[rq.Queue], start: rq.Offsets, end: rq.Offsets) -> list[QueueRange]:
