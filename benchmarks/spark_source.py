@@ -4,12 +4,16 @@ the same broker (benchmarks/throughput.py's pipelined pulls) in the same run.
     python -m benchmarks.spark_source                          # our servers, 1M messages of 1 KB, local[2]
     python -m benchmarks.spark_source --messages 200000        # a quicker run
     python -m benchmarks.spark_source --namesrv 127.0.0.1:9876 # a running cluster (Apache's too)
+    python -m benchmarks.spark_source --standalone             # also on Spark's standalone cluster: 1 and 2 executors
 
 Phase 1 fills a topic with ``--messages`` messages (throughput.py's send phase) and drains it with raw
 pipelined pulls ``--repeat`` times, keeping the best: the rate a client without Spark gets. Phase 2 reads
 the same backlog with ``spark.read.format("rocketmq")`` into Spark's ``noop`` sink (every row made, nothing written), on
 ``--master`` (default ``local[2]``), ``--repeat`` times; the best run is reported with its ratio to the
-drain. The goal: at least 0.5x of the drain.
+drain. The goal: at least 0.5x of the drain. With ``--standalone`` the same reads then run on Spark's own standalone
+master and one worker of ``--worker-cores`` cores started on loopback (compat_tests/spark_cluster.py), with
+executors of one core each, ``--executors`` of them at a time (default 1 and 2, the order alternating by round;
+each round reads twice per session and the best read counts).
 
 ``--pure`` also reads with the Python decoder (the fallback where spark/_columns.c is not built), taking turns
 with the C one in the same Spark session, so the two rates are comparable. Each read reports the CPU a row
@@ -31,6 +35,9 @@ from typing import Any
 
 from benchmarks.throughput import _proc_cpu, benchmark, parse_args
 from compat_tests.servers import GatewayServers
+from compat_tests.spark_cluster import StandaloneCluster
+
+ROOT = Path(__file__).resolve().parents[1]  # on the executors' PYTHONPATH
 
 PURE_ENV = "ROCKETMQ_GATEWAY_PURE_PYTHON"
 
@@ -63,7 +70,13 @@ def _register_pure(spark: Any, source: type) -> str:
 
 
 def spark_read(
-    namesrv: str, topic: str, master: str, repeat: int, pure: bool = False, min_partitions: int | None = None
+    namesrv: str,
+    topic: str,
+    master: str,
+    repeat: int,
+    pure: bool = False,
+    min_partitions: int | None = None,
+    conf: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -76,12 +89,14 @@ def spark_read(
         .appName("rocketmq-source-benchmark")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=conf or {})
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(RocketMQDataSource)
     sources = ["rocketmq"] + ([_register_pure(spark, RocketMQDataSource)] if pure else [])
     jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    local = master.startswith("local")
     runs = []
     try:
         for _ in range(repeat):
@@ -92,11 +107,11 @@ def spark_read(
                 df.write.format("noop").mode("overwrite").save()
                 seconds, cpu = time.perf_counter() - started, _tree_cpu(jvm) - cpu
                 rows = df.count()
-                us = cpu / rows * 1e6 if rows else 0.0
+                us = cpu / rows * 1e6 if rows and local else 0.0  # executors elsewhere are not the JVM's children
                 runs.append({"source": source, "rows": rows, "seconds": seconds, "rate": rows / seconds, "cpu_us": us})
                 print(
-                    f"  spark read ({source}): {rows} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s,"
-                    f" {us:.1f} us CPU a row (JVM and Python workers)",
+                    f"  spark read ({source}): {rows} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s"
+                    + (f", {us:.1f} us CPU a row (JVM and Python workers)" if local else ""),
                     flush=True,
                 )
     finally:
@@ -113,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queues", type=int, default=8)
     p.add_argument("--master", default="local[2]")
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--standalone", action="store_true", help="also read on a standalone master + worker on loopback")
+    p.add_argument("--worker-cores", type=int, default=2, help="with --standalone: the worker's cores")
+    p.add_argument("--executors", default="1,2", help="with --standalone: executor counts (1 core each) to compare")
     p.add_argument("--save", metavar="JSON")
     p.add_argument("--pure", action="store_true", help="also read with the Python decoder, in turns with C")
     p.add_argument("--min-partitions", type=int, help="the source's minPartitions (default: one per queue)")
@@ -134,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         drain = raw["drain"]
         print(f"  raw drain: {drain['messages']} messages in {drain['seconds']:.2f} s = {drain['rate']:,.0f} msgs/s")
         runs = spark_read(namesrv, args.topic, args.master, args.repeat, args.pure, args.min_partitions)
+        cluster = standalone(stack, args, namesrv) if args.standalone else {}
     best = max((r for r in runs if r["source"] == "rocketmq"), key=lambda r: r["rate"])
     ratio = best["rate"] / drain["rate"] if drain["rate"] else 0.0
     results: dict[str, Any] = {
@@ -161,9 +180,33 @@ def main(argv: list[str] | None = None) -> int:
             f"  pure Python {slow['rate']:>12,.0f} rows/s   {results['pure_ratio']:.2f}x of the drain,"
             f" {slow['cpu_us']:.1f} us CPU a row; C reads {best['rate'] / slow['rate']:.2f}x as fast"
         )
+    if cluster:
+        results["standalone"] = {str(n): {"runs": r, "rate": max(x["rate"] for x in r)} for n, r in cluster.items()}
+        print(f"  standalone, 1 worker of {args.worker_cores} cores:")
+        for n, row in results["standalone"].items():
+            print(f"    {n} executor(s) {row['rate']:>10,.0f} rows/s   {row['rate'] / drain['rate']:.2f}x of the drain")
     if args.save:
         Path(args.save).write_text(json.dumps(results, indent=2) + "\n")
-    return 0 if best["rows"] >= args.messages else 1
+    every = runs + [r for rs in cluster.values() for r in rs]
+    return 0 if all(r["rows"] >= args.messages for r in every) else 1
+
+
+def standalone(stack: contextlib.ExitStack, args: argparse.Namespace, namesrv: str) -> dict[int, list[Any]]:
+    """The reads on a standalone master + worker started for them, per executor count, rounds alternating."""
+    root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-spark-cluster-")))
+    cluster = StandaloneCluster(root, cores=args.worker_cores, pythonpath=[str(ROOT)]).start()
+    stack.callback(cluster.stop)
+    counts = [int(n) for n in args.executors.split(",")]
+    found: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+    for round_ in range(args.repeat):
+        for n in counts if round_ % 2 == 0 else counts[::-1]:
+            print(f"  standalone, {n} executor(s) of 1 core:", flush=True)
+            conf = {"spark.executor.cores": "1", "spark.cores.max": str(n), "spark.executor.memory": "512m"}
+            # Two reads a session: the first also starts the executors and their Python workers.
+            found[n] += spark_read(
+                namesrv, args.topic, cluster.master_url, 2, min_partitions=args.min_partitions, conf=conf
+            )
+    return found
 
 
 if __name__ == "__main__":

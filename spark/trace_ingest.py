@@ -20,7 +20,9 @@ client's TraceBean.storeTime); latency is measured to the first delivery's SubBe
 
 With ``--stream`` the topic is read as a stream with a checkpoint in ``OUT/_checkpoint`` (a restarted job
 goes on where it stopped); ``--available-now`` reads what is there and stops. ``--master`` runs on a
-cluster (default ``local[*]``).
+cluster (default ``local[*]``, or spark-submit's master), ``--py-files`` ships this project's code to executors
+on nodes that do not have it installed, ``--conf KEY=VALUE`` sets Spark properties; ``OUT`` must then be a folder
+every node and the driver share.
 """
 
 from __future__ import annotations
@@ -42,18 +44,31 @@ UNKNOWN_TOPIC = "__unknown__"
 TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction")
 
 
-def session(master: str, app: str = "rocketmq-trace-ingest") -> Any:
-    """A SparkSession with the ``rocketmq`` source registered; workers run this Python."""
+def session(
+    master: str | None,
+    app: str = "rocketmq-trace-ingest",
+    py_files: str | None = None,
+    conf: dict[str, str] | None = None,
+) -> Any:
+    """A SparkSession with the ``rocketmq`` source registered; workers run this Python. ``master`` None: the one
+    spark-submit was given, else ``local[*]``; ``py_files``: files (a zip of this project) shipped to executors;
+    ``conf``: Spark properties, set last."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from .datasource import RocketMQDataSource
 
-    builder = SparkSession.builder.master(master).appName(app).config("spark.ui.showConsoleProgress", "true")
-    if master.startswith("local"):  # a report's joins on one machine: 200 shuffle tasks would be mostly overhead
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        master = "local[*]"
+    builder = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "true")
+    if master:
+        builder = builder.master(master)
+    if py_files:
+        builder = builder.config("spark.submit.pyFiles", py_files)
+    if master and master.startswith("local"):  # a report's joins on one machine: 200 shuffle tasks are overhead
         builder = builder.config("spark.sql.shuffle.partitions", "8")
-    spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
+    spark = builder.config("spark.sql.session.timeZone", "UTC").config(map=conf or {}).getOrCreate()
     spark.dataSource.register(RocketMQDataSource)
     return spark
 
@@ -298,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--available-now", action="store_true", help="with --stream: read what is there, then stop")
     p.add_argument("--trigger-seconds", type=int, default=10, help="with --stream: micro-batch interval")
     p.add_argument("--max-records", type=int, help="with --stream: maxRecordsPerTrigger")
-    p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
+    p.add_argument("--master", help="Spark master URL (default: spark-submit's --master, else local[*])")
+    p.add_argument(
+        "--py-files",
+        help="comma-separated .zip/.py files for the executors' Python (a zip of this project's spark and gateway "
+        "packages, for nodes that do not have it installed)",
+    )
     p.add_argument("--access-key", help="ACL access key")
     p.add_argument("--secret-key", help="ACL secret key")
     p.add_argument(
@@ -306,9 +326,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="TLS to the NameServers and brokers (tls.client.* from the tls.config.file, as Java clients)",
     )
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property, as spark-submit's --conf (e.g. spark.executor.memory=2g); repeatable",
+    )
     args = p.parse_args(argv)
+    conf = dict(item.partition("=")[::2] for item in args.conf)
+    for key, value in conf.items():
+        if not key.startswith("spark.") or not value:
+            p.error(f"--conf takes spark.KEY=VALUE, not {key}={value}".rstrip("="))
     started = time.monotonic()
-    spark = session(args.master)
+    spark = session(args.master, py_files=args.py_files, conf=conf)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
         options = source_options(args)
