@@ -268,7 +268,7 @@ def kill(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-@pytest.mark.slow  # three driver JVMs of its own: 1 to 2 minutes
+# Three driver JVMs of its own (about a minute): the test, so it stays in the default suite.
 def test_a_stream_killed_mid_write_and_between_decision_and_ends_resumes_exactly_once(
     servers: GatewayServers, tmp_path: Path
 ) -> None:
