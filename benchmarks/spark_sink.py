@@ -18,34 +18,15 @@ import argparse
 import contextlib
 import importlib.util
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.spark_source import spark_session
 from benchmarks.throughput import benchmark, parse_args
 from compat_tests.servers import GatewayServers
-
-
-def spark_session(master: str) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    from spark import RocketMQDataSource
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("rocketmq-sink-benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(RocketMQDataSource)
-    return spark
 
 
 def spark_write(spark: Any, namesrv: str, topic: str, args: argparse.Namespace, guarantee: str) -> dict[str, float]:
@@ -95,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             servers = GatewayServers(Path(tmp)).start()
             stack.callback(servers.stop)
             namesrv, pid, target = servers.namesrv_addr, servers.proc.pid, "rocketmq-gateway"  # type: ignore[union-attr]
-        spark = spark_session(args.master)
+        spark = spark_session(args.master, "rocketmq-sink-benchmark")
         stack.callback(spark.stop)
         warm = argparse.Namespace(**{**vars(args), "rows": 1000})
         spark_write(spark, namesrv, "BenchmarkSinkWarmUp", warm, "at-least-once")  # Python workers started

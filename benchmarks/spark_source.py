@@ -69,6 +69,27 @@ def _register_pure(spark: Any, source: type) -> str:
     return "rocketmq_pure"
 
 
+def spark_session(master: str, app: str, conf: dict[str, str] | None = None) -> Any:
+    """A quiet SparkSession on ``master`` with the ``rocketmq`` source registered; workers run this Python."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from spark import RocketMQDataSource
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config(map=conf or {})
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(RocketMQDataSource)
+    return spark
+
+
 def spark_read(
     namesrv: str,
     topic: str,
@@ -78,22 +99,9 @@ def spark_read(
     min_partitions: int | None = None,
     conf: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
     from spark import RocketMQDataSource
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("rocketmq-source-benchmark")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config(map=conf or {})
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(RocketMQDataSource)
+    spark = spark_session(master, "rocketmq-source-benchmark", conf)
     sources = ["rocketmq"] + ([_register_pure(spark, RocketMQDataSource)] if pure else [])
     jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
     local = master.startswith("local")
