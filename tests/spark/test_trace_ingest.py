@@ -6,7 +6,6 @@ The streaming mode, run twice from the command line, resumes from its checkpoint
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from gateway.remoting.names import TRACE_TOPIC
 from spark import queues as rq
 from spark.trace_ingest import ingest_batch, ingest_stream, report
 from spark.trace_parser import RECORD_ID, TRACE_COLUMNS, rows
-from tests.trace.conftest import golden_trace_messages
+from tests.trace.conftest import golden_trace_messages, java5_trace_bodies
 
 from .conftest import ROOT
 
@@ -187,14 +186,6 @@ def test_streaming_ingest_from_the_command_line_resumes_without_duplicates(
     assert Counter(r["traceType"] for r in table)["Pub"] == stored_before["Pub"] + 5
 
 
-def java5_trace_bodies() -> list[tuple[str, bytes]]:
-    """(msgId, body) of the trace messages the Java 5.3.3 client wrote (compat_tests/java5/Trace5Main.java):
-    Pubs of 5 sends and a timed message it then recalled (a Recall record), a committed transactional send
-    (Pub + EndTransaction), and a traced push consumer's SubBefore/SubAfter."""
-    data = json.loads((Path(__file__).parent / "data" / "java-5.3.3-traces.json").read_text())
-    return [(m["msgId"], m["body"].encode()) for m in data]
-
-
 def unique_records(bodies: list[bytes]) -> Counter[str]:
     """Record types of ``bodies``, each distinct record (RECORD_ID) once: what the job must write."""
     seen = {}
@@ -210,10 +201,10 @@ def test_every_clients_records_once_though_trace_messages_and_records_come_twice
 ) -> None:
     """A custom trace topic holding the Java 4.9.8 and 5.3.3 clients' real trace messages and ours (live), where
     one trace message is stored twice (the dispatcher's producer resent it: same msgId) and one record is in two
-    trace messages: batch and streaming ingestion (one trace message per micro-batch) write each record once,
+    trace messages: batch and streaming ingestion (the copies in different micro-batches) write each record once,
     no error rows, and the report counts each consume call and transaction once."""
     topic = "TraceTopicAllClients"
-    servers.create_topic(topic, 2)
+    servers.create_topic(topic, 1)
     java4 = [(m.client_msg_id, m.body) for m in golden_trace_messages()]
     bodies = [b for _, b in java4 + java5_trace_bodies()]
     sent = []
@@ -221,18 +212,19 @@ def test_every_clients_records_once_though_trace_messages_and_records_come_twice
         servers.create_topic("TraceOursTopic", 1)
         for i in range(3):
             p.send(build_message("TraceOursTopic", b"ours %d" % i, keys=f"ours-{i}"))
+        # The resent trace message first and last: micro-batches of 4 trace messages read them apart.
         resent = build_message(topic, java4[2][1], keys="resent")  # the consume records of TraceCG
-        for _ in range(2):
-            assert p.send(resent).msg_id == resent.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
-            sent.append(resent.body)
-        for _, body in java4[:2] + java4[3:] + java5_trace_bodies():
-            p.send(build_message(topic, body))
-            sent.append(body)
         # A record in two trace messages: trace-1's first Pub again, beside a record of its own.
         first_pub = java4[0][1].split(b"\x02")[0] + b"\x02"
         extra = first_pub.replace(b"TracePG", b"OtherPG")
-        p.send(build_message(topic, first_pub + extra))
-        sent.append(first_pub + extra)
+        for msg in [
+            resent,
+            *(build_message(topic, b) for _, b in java4[:2] + java4[3:] + java5_trace_bodies()),
+            build_message(topic, first_pub + extra),
+            resent,
+        ]:
+            assert p.send(msg).msg_id == msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+            sent.append(msg.body)
     ours = Counter({"Pub": 3})
     stored_want = Counter(r[0] for r in rows(("-", b) for b in sent)) + ours
     deadline = time.monotonic() + 20
@@ -249,19 +241,21 @@ def test_every_clients_records_once_though_trace_messages_and_records_come_twice
         if mode == "batch":
             ingest_batch(spark, options, out)
         else:
-            ingest_stream(spark, {**options, "maxRecordsPerTrigger": "1"}, out, True, 1)
+            ingest_stream(spark, {**options, "maxRecordsPerTrigger": "4"}, out, True, 1)
         table = pq.read_table(out / "traces").to_pylist()
         assert Counter(r["traceType"] for r in table) == want, mode
         ids = Counter(tuple(r[k] for k in RECORD_ID) for r in table)
         assert not [k for k, n in ids.items() if n > 1], f"{mode}: duplicate records"
         assert not (out / "errors").exists() or not pq.read_table(out / "errors").num_rows, mode
-        tables = report(spark, out)
-        trace_cg = next(r for r in tables["latency"] if r["consumerGroup"] == "TraceCG")
-        assert (trace_cg["topic"], trace_cg["consumeCalls"], trace_cg["failedConsumes"]) == ("TraceTopicA", 7, 1)
-        assert sorted((r["topic"], r["transactionState"], r["count"]) for r in tables["transactions"]) == [
-            ("Java5Traced", "COMMIT_MESSAGE", 1),
-            ("TraceTopicA", "COMMIT_MESSAGE", 1),
-        ]
-        never = {r["msgId"] for r in tables["never_consumed"] if r["topic"] == "Java5Traced"}
-        recalled = next(r["msgId"] for r in table if r["traceType"] == "Recall")
-        assert recalled not in never and len(never) == 6  # 5 sends and the transactional one: no SubBefore
+    tables = report(spark, tmp_path / "batch")  # the report reads the records written: the stream's are the same
+    trace_cg = next(r for r in tables["latency"] if r["consumerGroup"] == "TraceCG")
+    assert (trace_cg["topic"], trace_cg["consumeCalls"], trace_cg["failedConsumes"]) == ("TraceTopicA", 7, 1)
+    assert sorted((r["topic"], r["transactionState"], r["count"]) for r in tables["transactions"]) == [
+        ("Java5Traced", "COMMIT_MESSAGE", 1),
+        ("TraceTopicA", "COMMIT_MESSAGE", 1),
+    ]
+    never = {r["msgId"] for r in tables["never_consumed"] if r["topic"] == "Java5Traced"}
+    recalled = next(r["msgId"] for r in table if r["traceType"] == "Recall")
+    assert recalled not in never and len(never) == 6  # 5 sends and the transactional one: no SubBefore
+    summary = (tmp_path / "batch" / "report" / "summary.txt").read_text()
+    assert summary.startswith("trace records: Pub 17, SubBefore 9, SubAfter 9, EndTransaction 2, Recall 1\n")
