@@ -358,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
         help="TLS to the NameServers and brokers (tls.client.* from the tls.config.file, as Java clients)",
     )
     args = p.parse_args(argv)
+    checkpoint = args.out / "_checkpoint"
+    if args.stream and any((checkpoint / "commits").glob("[0-9]*")) and not (checkpoint / "state").exists():
+        # Spark cannot add the de-duplication's state to a query that ran without it.
+        print(f"error: {checkpoint} was written without record de-duplication: use a new --out", file=sys.stderr)
+        return 2
     started = time.monotonic()
     spark = session(args.master)
     try:

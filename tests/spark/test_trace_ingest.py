@@ -242,6 +242,7 @@ def test_every_clients_records_once_though_trace_messages_and_records_come_twice
             ingest_batch(spark, options, out)
         else:
             ingest_stream(spark, {**options, "maxRecordsPerTrigger": "4"}, out, True, 1)
+            assert (out / "_checkpoint" / "state").is_dir()  # what the command line looks for on a restart
         table = pq.read_table(out / "traces").to_pylist()
         assert Counter(r["traceType"] for r in table) == want, mode
         ids = Counter(tuple(r[k] for k in RECORD_ID) for r in table)
@@ -259,3 +260,21 @@ def test_every_clients_records_once_though_trace_messages_and_records_come_twice
     assert recalled not in never and len(never) == 6  # 5 sends and the transactional one: no SubBefore
     summary = (tmp_path / "batch" / "report" / "summary.txt").read_text()
     assert summary.startswith("trace records: Pub 17, SubBefore 9, SubAfter 9, EndTransaction 2, Recall 1\n")
+
+
+def test_command_line_refuses_a_bad_dedup_window_and_a_checkpoint_without_dedup_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both end in one line and exit 2, before a Spark session starts."""
+    from spark.trace_ingest import main
+
+    base = ["--namesrv", "127.0.0.1:1", "--out", str(tmp_path), "--stream"]
+    with pytest.raises(SystemExit) as e:
+        main([*base, "--dedup-window", "soon"])
+    assert e.value.code == 2 and "'soon' is not an interval such as '10 minutes'" in capsys.readouterr().err
+    (tmp_path / "_checkpoint" / "commits").mkdir(parents=True)
+    (tmp_path / "_checkpoint" / "commits" / "0").write_text("v1\n{}\n")
+    assert main(base) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / '_checkpoint'} was written without record de-duplication: use a new --out\n"
+    )
