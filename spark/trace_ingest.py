@@ -24,9 +24,11 @@ id, timestamp, offsetMsgId and transaction state are). Records come from every c
 topic: ours, the Java 4.x and 5.x remoting clients (Recall records too; CLOUD-channel SubAfters without
 timestamp and group).
 
+A stream remembers the records of the last ``--dedup-window`` (in its checkpoint) to drop their copies.
+
 With ``--stream`` the topic is read as a stream with a checkpoint in ``OUT/_checkpoint`` (a restarted job
-goes on where it stopped; it remembers the records of the last ``--dedup-window`` to drop their copies);
-``--available-now`` reads what is there and stops. ``--master`` runs on a cluster (default ``local[*]``).
+goes on where it stopped); ``--available-now`` reads what is there and stops. ``--master`` runs on a
+cluster (default ``local[*]``).
 """
 
 from __future__ import annotations
@@ -340,15 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="output folder (traces/, errors/, report/)")
     p.add_argument("--topic", default=TRACE_TOPIC, help="the trace topic (default %(default)s)")
     p.add_argument("--stream", action="store_true", help="read as a stream, with a checkpoint in OUT/_checkpoint")
-    p.add_argument("--available-now", action="store_true", help="with --stream: read what is there, then stop")
-    p.add_argument("--trigger-seconds", type=int, default=10, help="with --stream: micro-batch interval")
-    p.add_argument("--max-records", type=int, help="with --stream: maxRecordsPerTrigger")
     p.add_argument(
         "--dedup-window",
         type=_interval,
         default=DEDUP_WINDOW,
         help="with --stream: how long a record is remembered to drop its copies (default %(default)s)",
     )
+    p.add_argument("--available-now", action="store_true", help="with --stream: read what is there, then stop")
+    p.add_argument("--trigger-seconds", type=int, default=10, help="with --stream: micro-batch interval")
+    p.add_argument("--max-records", type=int, help="with --stream: maxRecordsPerTrigger")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default %(default)s)")
     p.add_argument("--access-key", help="ACL access key")
     p.add_argument("--secret-key", help="ACL secret key")
