@@ -6,17 +6,25 @@
 reads RMQ_SYS_TRACE_TOPIC (``--topic`` for a custom one) from the brokers with the ``rocketmq`` data
 source and writes:
 
-* ``OUT/traces/``: one row per trace record (Pub, SubBefore, SubAfter, EndTransaction), Parquet
+* ``OUT/traces/``: one row per trace record (Pub, SubBefore, SubAfter, EndTransaction, Recall), Parquet
   partitioned by ``date`` (UTC) and traced ``topic`` (consume records take the topic of their message's
   Pub; one whose Pub was never seen goes under ``topic=__unknown__``); records that do not parse go to
   ``OUT/errors/`` with the id of the trace message that carried them.
 * ``OUT/report/``: ``summary.txt`` (also printed), ``latency.csv`` (store-to-consume latency p50/p95/p99
   and consume cost per topic and consumer group, failed consumptions, retries), ``never_consumed.csv``
-  (published, consumed by no group, not rolled back), ``transactions.csv``, and ``latency.png`` (the
+  (published, consumed by no group, not rolled back or recalled), ``transactions.csv``, and ``latency.png`` (the
   latency distribution per topic).
 
 The store time of a message is taken as the trace's estimate (Pub timestamp + costTime / 2, as the Java
 client's TraceBean.storeTime); latency is measured to the first delivery's SubBefore.
+
+Trace records are written once each: a trace message the client's trace dispatcher sent again, or a record
+carried by two trace messages, adds no row (records are the same when their trace type, msgId, group, request
+id, timestamp, offsetMsgId and transaction state are). Records come from every client that writes the trace
+topic: ours, the Java 4.x and 5.x remoting clients (Recall records too; CLOUD-channel SubAfters without
+timestamp and group).
+
+A stream remembers the records of the last ``--dedup-window`` (in its checkpoint) to drop their copies.
 
 With ``--stream`` the topic is read as a stream with a checkpoint in ``OUT/_checkpoint`` (a restarted job
 goes on where it stopped); ``--available-now`` reads what is there and stops. ``--master`` runs on a
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -38,10 +47,11 @@ from typing import Any
 from gateway.remoting.names import TRACE_TOPIC
 
 from . import queues as rq
-from .trace_parser import TRACE_SCHEMA, arrow_mapper
+from .trace_parser import RECORD_ID, TRACE_SCHEMA, arrow_mapper
 
 UNKNOWN_TOPIC = "__unknown__"
-TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction")
+TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction", "Recall")
+DEDUP_WINDOW = "10 minutes"
 
 
 def session(
@@ -83,11 +93,32 @@ def source_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def parse(messages: Any) -> tuple[Any, Any]:
-    """Trace messages (``msgId``, ``body``) into (records, errors) DataFrames."""
+def parse(messages: Any, dedup_window: str | None = None) -> Any:
+    """Trace messages (``msgId``, ``body``) into TRACE_COLUMNS rows (records and errors), each record once
+    (RECORD_ID) and each error once per trace message. A stream keeps what it has seen for ``dedup_window`` of
+    processing time (a watermark on when a row was read, not on the record's own time: clients' clocks differ
+    and queues are read unevenly, so an event-time watermark would drop records as late)."""
     from pyspark.sql import functions as F
 
     parsed = messages.select("msgId", "body").mapInArrow(arrow_mapper, TRACE_SCHEMA)
+    key = [*RECORD_ID, "error", "errorIn"]
+    parsed = parsed.withColumn("errorIn", F.when(F.col("error").isNotNull(), F.col("traceMsgId")))
+    if dedup_window is None:
+        parsed = parsed.dropDuplicates(key)
+    else:
+        parsed = (
+            parsed.withColumn("readAt", F.current_timestamp())
+            .withWatermark("readAt", dedup_window)
+            .dropDuplicatesWithinWatermark(key)
+            .drop("readAt")
+        )
+    return parsed.drop("errorIn")
+
+
+def split(parsed: Any) -> tuple[Any, Any]:
+    """Parsed rows into (records, errors) DataFrames."""
+    from pyspark.sql import functions as F
+
     errors = parsed.filter(F.col("error").isNotNull()).select("traceMsgId", "error")
     records = parsed.filter(F.col("error").isNull()).drop("error")
     records = records.withColumn("timestamp", F.timestamp_millis("timestampMs"))
@@ -128,7 +159,7 @@ def ingest_batch(spark: Any, options: dict[str, str], out: Path) -> None:
         f"reading {settings.topic}: {len(qs)} queue(s) on {len({q.broker for q in qs})} broker(s), {backlog} messages"
     )
     messages = spark.read.format("rocketmq").options(**options).load()
-    records, errors = parse(messages)
+    records, errors = split(parse(messages))
     records = with_partitions(records, None).cache()
     spark.sparkContext.setJobDescription("write trace records")
     records.write.mode("overwrite").partitionBy("date", "topic").parquet(str(out / "traces"))
@@ -136,23 +167,31 @@ def ingest_batch(spark: Any, options: dict[str, str], out: Path) -> None:
     print(f"wrote {records.count()} trace records to {out / 'traces'}")
 
 
-def ingest_stream(spark: Any, options: dict[str, str], out: Path, available_now: bool, trigger_seconds: int) -> None:
-    """The trace topic as a stream into ``out`` (appending; checkpointed in ``out/_checkpoint``)."""
+def ingest_stream(
+    spark: Any,
+    options: dict[str, str],
+    out: Path,
+    available_now: bool,
+    trigger_seconds: int,
+    dedup_window: str = DEDUP_WINDOW,
+) -> None:
+    """The trace topic as a stream into ``out`` (appending; checkpointed in ``out/_checkpoint``, with the records
+    seen in the last ``dedup_window``)."""
     traces = out / "traces"
-    messages = spark.readStream.format("rocketmq").options(**options).load()
+    parsed = parse(spark.readStream.format("rocketmq").options(**options).load(), dedup_window)
 
     def write(batch: Any, batch_id: int) -> None:
-        batch = batch.select("msgId", "body").cache()  # read from the brokers once
-        records, errors = parse(batch)
+        batch = batch.cache()  # read from the brokers once
+        records, errors = split(batch)
         records = with_partitions(records, _known_topics(spark, traces)).cache()
         n = records.count()
         records.write.mode("append").partitionBy("date", "topic").parquet(str(traces))
         errors.write.mode("append").parquet(str(out / "errors"))
-        print(f"batch {batch_id}: {batch.count()} trace messages, {n} records", flush=True)
+        print(f"batch {batch_id}: {n} records, {errors.count()} errors", flush=True)
         records.unpersist()
         batch.unpersist()
 
-    writer = messages.writeStream.foreachBatch(write).option("checkpointLocation", str(out / "_checkpoint"))
+    writer = parsed.writeStream.foreachBatch(write).option("checkpointLocation", str(out / "_checkpoint"))
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
@@ -211,10 +250,12 @@ def report(spark: Any, out: Path) -> dict[str, list[dict[str, Any]]]:
         .orderBy("topic", "consumerGroup")
     )
     rolled_back = t.filter((F.col("traceType") == "EndTransaction") & (F.col("transactionState") == "ROLLBACK_MESSAGE"))
+    recalled = t.filter((F.col("traceType") == "Recall") & F.col("success"))
     never = (
         pub.filter("pubOk")
         .join(before.select("msgId").distinct(), "msgId", "left_anti")
         .join(rolled_back.select("msgId").distinct(), "msgId", "left_anti")  # never meant to be delivered
+        .join(recalled.select("msgId").distinct(), "msgId", "left_anti")
         .select("topic", "msgId", "keys", "producerGroup", "pubMs")
         .orderBy("topic", "pubMs")
     )
@@ -304,12 +345,24 @@ def _summary(counts: dict[str, int], tables: dict[str, list[dict[str, Any]]]) ->
     return "\n".join(lines) + "\n"
 
 
+def _interval(text: str) -> str:
+    if not re.fullmatch(r"[1-9]\d*\s+(second|minute|hour|day)s?", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an interval such as '10 minutes'")
+    return text.strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m spark.trace_ingest", description=__doc__.splitlines()[0])
     p.add_argument("--namesrv", required=True, help="NameServer address(es), host:port[;host:port]")
     p.add_argument("--out", required=True, type=Path, help="output folder (traces/, errors/, report/)")
     p.add_argument("--topic", default=TRACE_TOPIC, help="the trace topic (default %(default)s)")
     p.add_argument("--stream", action="store_true", help="read as a stream, with a checkpoint in OUT/_checkpoint")
+    p.add_argument(
+        "--dedup-window",
+        type=_interval,
+        default=DEDUP_WINDOW,
+        help="with --stream: how long a record is remembered to drop its copies (default %(default)s)",
+    )
     p.add_argument("--available-now", action="store_true", help="with --stream: read what is there, then stop")
     p.add_argument("--trigger-seconds", type=int, default=10, help="with --stream: micro-batch interval")
     p.add_argument("--max-records", type=int, help="with --stream: maxRecordsPerTrigger")
@@ -338,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in conf.items():
         if not key.startswith("spark.") or not value:
             p.error(f"--conf takes spark.KEY=VALUE, not {key}={value}".rstrip("="))
+    checkpoint = args.out / "_checkpoint"
+    if args.stream and any((checkpoint / "commits").glob("[0-9]*")) and not (checkpoint / "state").exists():
+        # Spark cannot add the de-duplication's state to a query that ran without it.
+        print(f"error: {checkpoint} was written without record de-duplication: use a new --out", file=sys.stderr)
+        return 2
     started = time.monotonic()
     spark = session(args.master, py_files=args.py_files, conf=conf)
     try:
@@ -346,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.stream:
             if args.max_records:
                 options["maxRecordsPerTrigger"] = str(args.max_records)
-            ingest_stream(spark, options, args.out, args.available_now, args.trigger_seconds)
+            ingest_stream(spark, options, args.out, args.available_now, args.trigger_seconds, args.dedup_window)
         else:
             ingest_batch(spark, options, args.out)
         report(spark, args.out)

@@ -39,6 +39,13 @@ TRACE_COLUMNS = (
     ("error", "string"),
 )
 TRACE_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in TRACE_COLUMNS)
+# What identifies a record, whichever trace message carried it: a trace message the dispatcher's producer sent
+# again (a retried send that had been stored), or a record in two trace messages, is one record. A consume
+# call's request id names its SubBefore/SubAfter; a send's Pub is its msgId, group, time and stored offset id.
+RECORD_ID = (
+    "traceType", "msgId", "groupName", "requestId", "timestampMs", "offsetMsgId", "transactionState",
+    "fromTransactionCheck",
+)  # fmt: skip
 _FIELDS = [
     "trace_type", "timestamp", "region_id", "group", "topic", "msg_id", "tags", "keys", "store_host",
     "body_length", "cost_time", "msg_type", "offset_msg_id", "success", "client_host", "request_id",

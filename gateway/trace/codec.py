@@ -12,6 +12,10 @@ Fields after the type:
 * SubAfter: requestId, msgId, costTime, success, keys, contextCode[, timestamp, group]
 * EndTransaction: timestamp, regionId, group, topic, msgId, tags, keys, storeHost, msgType, transactionId,
   transactionState, fromTransactionCheck
+* Recall (5.x clients, RECALL_MESSAGE): timestamp, regionId, group, topic, msgId, success
+
+A SubAfter of the CLOUD access channel stops after contextCode and a 0x01: a 4.x client writes no 0x02 after
+it (the next record follows in the same field run), a 5.x client writes the 0x02.
 """
 
 from __future__ import annotations
@@ -188,7 +192,10 @@ def _bool(v: str) -> bool:
 
 def decode_record(text: str) -> TraceRecord:
     """One record without its 0x02 (TraceDataEncoder.decoderFromTraceDataString, one entry)."""
-    f = text.split(CONTENT_SPLITOR)
+    return _decode_fields(text.split(CONTENT_SPLITOR))
+
+
+def _decode_fields(f: list[str]) -> TraceRecord:
     kind, n = f[0], len(f)
     try:
         if kind == "Pub" and n >= 13:  # 13: before offsetMsgId; 14: 4.x; 15: with the client's host
@@ -204,7 +211,7 @@ def decode_record(text: str) -> TraceRecord:
                 "SubBefore", _int(f[1]), _null(f[2]), _null(f[3]), msg_id=_null(f[5]), request_id=_null(f[4]),
                 retry_times=_int(f[6]), keys=_null(f[7]),
             )  # fmt: skip
-        if kind == "SubAfter" and n in (7, 9):  # 7: CLOUD channel, no timestamp and group
+        if kind == "SubAfter" and (n in (7, 9) or (n == 8 and not f[7])):  # 7 or 8: CLOUD, no timestamp and group
             return TraceRecord(
                 "SubAfter", _int(f[7]) if n == 9 else None, group=_null(f[8]) if n == 9 else None,
                 request_id=_null(f[1]), msg_id=_null(f[2]), cost_time=_int(f[3]), success=_bool(f[4]),
@@ -216,18 +223,39 @@ def decode_record(text: str) -> TraceRecord:
                 _null(f[7]), _null(f[8]), msg_type=_int(f[9]), transaction_id=_null(f[10]),
                 transaction_state=_null(f[11]), from_transaction_check=_bool(f[12]),
             )  # fmt: skip
+        if kind == "Recall" and n == 7:
+            return TraceRecord(
+                "Recall", _int(f[1]), _null(f[2]), _null(f[3]), _null(f[4]), _null(f[5]), success=_bool(f[6])
+            )
     except ValueError as e:
         raise TraceFormatError(f"{kind} record: {e}") from None
     raise TraceFormatError(f"unknown record: type {kind[:40]!r} with {n} fields")
 
 
+_TYPES = frozenset(t.value for t in TraceType) | {"Recall"}
+
+
+def _field_runs(part: str) -> Iterator[list[str]]:
+    """The records' fields in one 0x02-separated part: one record, or several where 4.x CLOUD SubAfters (no 0x02
+    after them) run into the next record."""
+    f = part.split(CONTENT_SPLITOR)
+    while f[0] == "SubAfter" and len(f) > 8 and f[7] in _TYPES:
+        yield f[:7]
+        f = f[7:]
+    yield f
+
+
 def decode_body(body: bytes) -> Iterator[TraceRecord | TraceFormatError]:
-    """Every record of a trace message body; a malformed one yields its TraceFormatError and the rest go on."""
+    """Every record of a trace message body; a malformed one yields its TraceFormatError (saying which record of
+    the body it is, counting from 1) and the rest go on."""
     text = body.decode("utf-8", "replace")
+    index = 0
     for part in text.split(FIELD_SPLITOR):
         if not part.strip():
-            continue  # after the last 0x02, or the stray tail of a 4.9 CLOUD SubAfter
-        try:
-            yield decode_record(part.lstrip("\r\n"))
-        except TraceFormatError as e:
-            yield e
+            continue  # after the last 0x02
+        for fields in _field_runs(part.lstrip("\r\n")):
+            index += 1
+            try:
+                yield _decode_fields(fields)
+            except TraceFormatError as e:
+                yield TraceFormatError(f"record {index}: {e}")

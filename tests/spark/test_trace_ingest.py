@@ -19,24 +19,26 @@ import pytest
 
 from compat_tests.servers import GatewayServers
 from gateway.client import ConsumeStatus, LocalTransactionState, blocking, build_message
-from gateway.remoting.message import decode_records
+from gateway.remoting.message import MessageConst, decode_records
 from gateway.remoting.names import TRACE_TOPIC
 from spark import queues as rq
 from spark.trace_ingest import ingest_batch, ingest_stream, report
-from spark.trace_parser import rows
+from spark.trace_parser import RECORD_ID, TRACE_COLUMNS, rows
+from tests.trace.conftest import golden_trace_messages, java5_trace_bodies
 
 from .conftest import ROOT
 
 pytestmark = pytest.mark.spark
+NAMES = [name for name, _ in TRACE_COLUMNS]
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def trace_types(servers: GatewayServers) -> Counter[str]:
+def trace_types(servers: GatewayServers, topic: str = TRACE_TOPIC) -> Counter[str]:
     """Records in the trace topic now, by type (read over the wire, as the job does)."""
-    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": TRACE_TOPIC})
+    settings = rq.Settings.from_options({"namesrvAddr": servers.namesrv_addr, "topic": topic})
     qs = rq.queues(settings)
     ends = rq.queue_offsets(settings, qs, "latest")
     found: Counter[str] = Counter()
@@ -182,3 +184,97 @@ def test_streaming_ingest_from_the_command_line_resumes_without_duplicates(
     assert not [k for k, n in keys.items() if n > 1], "duplicate records after the restart"
     assert Counter(r["traceType"] for r in table) == want
     assert Counter(r["traceType"] for r in table)["Pub"] == stored_before["Pub"] + 5
+
+
+def unique_records(bodies: list[bytes]) -> Counter[str]:
+    """Record types of ``bodies``, each distinct record (RECORD_ID) once: what the job must write."""
+    seen = {}
+    for r in rows(("-", b) for b in bodies):
+        record = dict(zip(NAMES, r, strict=True))
+        assert record["error"] is None, record
+        seen[tuple(record[k] for k in RECORD_ID)] = record["traceType"]
+    return Counter(seen.values())
+
+
+def test_every_clients_records_once_though_trace_messages_and_records_come_twice(
+    spark: Any, servers: GatewayServers, tmp_path: Path
+) -> None:
+    """A custom trace topic holding the Java 4.9.8 and 5.3.3 clients' real trace messages and ours (live), where
+    one trace message is stored twice (the dispatcher's producer resent it: same msgId) and one record is in two
+    trace messages: batch and streaming ingestion (the copies in different micro-batches) write each record once,
+    no error rows, and the report counts each consume call and transaction once."""
+    topic = "TraceTopicAllClients"
+    servers.create_topic(topic, 1)
+    java4 = [(m.client_msg_id, m.body) for m in golden_trace_messages()]
+    bodies = [b for _, b in java4 + java5_trace_bodies()]
+    sent = []
+    with blocking.Producer("all_pg", servers.namesrv_addr, enable_msg_trace=True, custom_trace_topic=topic) as p:
+        servers.create_topic("TraceOursTopic", 1)
+        for i in range(3):
+            p.send(build_message("TraceOursTopic", b"ours %d" % i, keys=f"ours-{i}"))
+        # The resent trace message first and last: micro-batches of 4 trace messages read them apart.
+        resent = build_message(topic, java4[2][1], keys="resent")  # the consume records of TraceCG
+        # A record in two trace messages: trace-1's first Pub again, beside a record of its own.
+        first_pub = java4[0][1].split(b"\x02")[0] + b"\x02"
+        extra = first_pub.replace(b"TracePG", b"OtherPG")
+        for msg in [
+            resent,
+            *(build_message(topic, b) for _, b in java4[:2] + java4[3:] + java5_trace_bodies()),
+            build_message(topic, first_pub + extra),
+            resent,
+        ]:
+            assert p.send(msg).msg_id == msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+            sent.append(msg.body)
+    ours = Counter({"Pub": 3})
+    stored_want = Counter(r[0] for r in rows(("-", b) for b in sent)) + ours
+    deadline = time.monotonic() + 20
+    while trace_types(servers, topic) != stored_want:  # ours arrive within the dispatcher's 500 ms
+        assert time.monotonic() < deadline, f"trace topic holds {trace_types(servers, topic)}"
+        time.sleep(0.2)
+    want = unique_records([*bodies, extra]) + ours
+    assert stored_want["SubBefore"] == want["SubBefore"] + 6 and stored_want["Pub"] == want["Pub"] + 1
+    assert want["Recall"] == 1 and want["EndTransaction"] == 2
+    options = {"namesrvAddr": servers.namesrv_addr, "topic": topic}
+
+    for mode in ("batch", "stream"):
+        out = tmp_path / mode
+        if mode == "batch":
+            ingest_batch(spark, options, out)
+        else:
+            ingest_stream(spark, {**options, "maxRecordsPerTrigger": "4"}, out, True, 1)
+            assert (out / "_checkpoint" / "state").is_dir()  # what the command line looks for on a restart
+        table = pq.read_table(out / "traces").to_pylist()
+        assert Counter(r["traceType"] for r in table) == want, mode
+        ids = Counter(tuple(r[k] for k in RECORD_ID) for r in table)
+        assert not [k for k, n in ids.items() if n > 1], f"{mode}: duplicate records"
+        assert not (out / "errors").exists() or not pq.read_table(out / "errors").num_rows, mode
+    tables = report(spark, tmp_path / "batch")  # the report reads the records written: the stream's are the same
+    trace_cg = next(r for r in tables["latency"] if r["consumerGroup"] == "TraceCG")
+    assert (trace_cg["topic"], trace_cg["consumeCalls"], trace_cg["failedConsumes"]) == ("TraceTopicA", 7, 1)
+    assert sorted((r["topic"], r["transactionState"], r["count"]) for r in tables["transactions"]) == [
+        ("Java5Traced", "COMMIT_MESSAGE", 1),
+        ("TraceTopicA", "COMMIT_MESSAGE", 1),
+    ]
+    never = {r["msgId"] for r in tables["never_consumed"] if r["topic"] == "Java5Traced"}
+    recalled = next(r["msgId"] for r in table if r["traceType"] == "Recall")
+    assert recalled not in never and len(never) == 6  # 5 sends and the transactional one: no SubBefore
+    summary = (tmp_path / "batch" / "report" / "summary.txt").read_text()
+    assert summary.startswith("trace records: Pub 17, SubBefore 9, SubAfter 9, EndTransaction 2, Recall 1\n")
+
+
+def test_command_line_refuses_a_bad_dedup_window_and_a_checkpoint_without_dedup_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both end in one line and exit 2, before a Spark session starts."""
+    from spark.trace_ingest import main
+
+    base = ["--namesrv", "127.0.0.1:1", "--out", str(tmp_path), "--stream"]
+    with pytest.raises(SystemExit) as e:
+        main([*base, "--dedup-window", "soon"])
+    assert e.value.code == 2 and "'soon' is not an interval such as '10 minutes'" in capsys.readouterr().err
+    (tmp_path / "_checkpoint" / "commits").mkdir(parents=True)
+    (tmp_path / "_checkpoint" / "commits" / "0").write_text("v1\n{}\n")
+    assert main(base) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / '_checkpoint'} was written without record de-duplication: use a new --out\n"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -45,3 +46,9 @@ def golden_trace_messages() -> list[MessageExt]:
             )
         )
     return messages
+
+
+def java5_trace_bodies() -> list[tuple[str, bytes]]:
+    """(msgId, body) of the trace messages the Java 5.3.3 client wrote (java-5.3.3-traces.json)."""
+    data = json.loads((GOLDEN / "java-5.3.3-traces.json").read_text())
+    return [(m["msgId"], m["body"].encode()) for m in data]

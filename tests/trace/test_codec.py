@@ -104,3 +104,32 @@ def test_a_malformed_record_is_reported_and_the_rest_still_read() -> None:
         "TraceFormatError", "TraceRecord", "TraceFormatError", "TraceRecord", "TraceFormatError",
     ]  # fmt: skip
     assert "Nonsense" in str(results[2]) and "boolean" in str(results[4])
+
+
+def test_cloud_channel_sub_after_records_of_4x_and_5x_clients_decode() -> None:
+    """TraceDataEncoder's CLOUD SubAfter (no timestamp and group) ends with 0x01: 4.9.8 writes no 0x02 after it,
+    so the next record runs on; 5.3.3 writes the 0x02."""
+    cloud = "SubAfter\x01R{0}\x01M{0}\x01{0}\x01true\x01k{0}\x010\x01"
+    pub = golden_trace_messages()[0].body.split(b"\x02")[0].decode() + "\x02"
+    v4 = (cloud.format(1) + cloud.format(2) + pub + cloud.format(3)).encode()
+    v5 = (cloud.format(1) + "\x02" + pub + cloud.format(2) + "\x02").encode()
+    for body, ids in ((v4, ["M1", "M2", None, "M3"]), (v5, ["M1", None, "M2"])):
+        records = list(decode_body(body))
+        assert not [r for r in records if isinstance(r, TraceFormatError)], records
+        subs = [r for r in records if r.trace_type == "SubAfter"]  # type: ignore[union-attr]
+        assert [r.msg_id if r.trace_type == "SubAfter" else None for r in records] == ids  # type: ignore[union-attr]
+        assert all(r.timestamp is None and r.group is None and r.context_code == 0 for r in subs)
+        assert subs[0].request_id == "R1" and subs[0].cost_time == 1 and subs[0].keys == "k1"
+
+
+def test_recall_records_of_5x_clients_decode_and_errors_say_which_record() -> None:
+    (recall,) = decode_body(b"Recall\x011795878481209\x01DefaultRegion\x01PG\x01T\x01MID\x01true\x02")
+    assert isinstance(recall, TraceRecord)
+    assert (recall.trace_type, recall.timestamp, recall.group, recall.topic, recall.msg_id, recall.success) == (
+        "Recall", 1795878481209, "PG", "T", "MID", True,
+    )  # fmt: skip
+    bad = list(decode_body(b"Recall\x01x\x01R\x01G\x01T\x01M\x01true\x02Recall\x011\x01R\x01G\x02"))
+    assert [str(e) for e in bad] == [
+        "record 1: Recall record: invalid literal for int() with base 10: 'x'",
+        "record 2: unknown record: type 'Recall' with 4 fields",
+    ]
