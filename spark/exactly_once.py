@@ -27,7 +27,7 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -92,6 +92,8 @@ class HalfMessage:
     commit_log_offset: int
     msg_id: str
     transaction_id: str | None
+    queue_id: int = -1  # the queue the message goes to on COMMIT
+    ordered: bool = False  # a keyed row: its queue's COMMITs are stored in the order written
 
 
 @dataclass
@@ -391,7 +393,16 @@ def send_halves(settings: SinkSettings, txn: str, outgoing: Iterable[OutgoingMes
         commit_log_offset = decode_offset_message_id(answer.msg_id)[1]
         addr = sender.chooser.master(unit.mq.broker_name)
         broker = unit.mq.broker_name
-        stored[uniq] = HalfMessage(broker, addr, answer.queue_offset, commit_log_offset, uniq, answer.transaction_id)
+        stored[uniq] = HalfMessage(
+            broker,
+            addr,
+            answer.queue_offset,
+            commit_log_offset,
+            uniq,
+            answer.transaction_id,
+            unit.mq.queue_id,
+            unit.ordered,
+        )
 
     # One message a request: more of them in flight than at-least-once's batches, within a bound on memory.
     window = min(settings.window * settings.batch_size, HALVES_IN_FLIGHT)
@@ -529,28 +540,55 @@ def end_transactions(
 
 
 def _end_on(settings: SinkSettings, addr: str, items: list[HalfMessage], kind: int, deadline: float) -> int:
-    """END_TRANSACTION of ``items`` on one connection, ``_END_WINDOW`` in flight; how many succeeded."""
-    ended = asked = answered = 0
+    """END_TRANSACTION of ``items`` on one connection, ``_END_WINDOW`` in flight; how many succeeded.
+
+    A keyed half's COMMIT waits for the answer to the one before it on its queue: Apache's broker ends
+    transactions on a thread pool, so two COMMITs of one queue in flight may be stored in either order."""
+    serial = kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE
+    ended = 0
+    todo = deque(items)
+    keyed: dict[int, deque[HalfMessage]] = {}  # queue id -> its keyed halves not yet sent, in order
+    busy: set[int] = set()  # queues with a keyed COMMIT awaiting its answer
+    in_flight: dict[int, HalfMessage] = {}  # opaque -> half
     with connect(settings, addr) as conn:
-        while answered < asked or (asked < len(items) and time.time() <= deadline):
-            while asked < len(items) and asked - answered < _END_WINDOW and time.time() <= deadline:
-                h = items[asked]
-                header = EndTransactionRequestHeader(
-                    producer_group=settings.producer_group,
-                    tran_state_table_offset=h.tran_state_table_offset,
-                    commit_log_offset=h.commit_log_offset,
-                    commit_or_rollback=kind,
-                    msg_id=h.msg_id,
-                    transaction_id=h.transaction_id,
-                    bname=h.broker,
-                )
-                conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode()))
-                asked += 1
+
+        def ask(h: HalfMessage) -> None:
+            header = EndTransactionRequestHeader(
+                producer_group=settings.producer_group,
+                tran_state_table_offset=h.tran_state_table_offset,
+                commit_log_offset=h.commit_log_offset,
+                commit_or_rollback=kind,
+                msg_id=h.msg_id,
+                transaction_id=h.transaction_id,
+                bname=h.broker,
+            )
+            in_flight[conn.send(RemotingCommand.request(RequestCode.END_TRANSACTION, header.encode()))] = h
+            if serial and h.ordered:
+                busy.add(h.queue_id)
+
+        while True:
+            while len(in_flight) < _END_WINDOW and time.time() <= deadline:
+                ready = [q for q, waiting in keyed.items() if waiting and q not in busy]
+                if ready:
+                    ask(keyed[ready[0]].popleft())
+                elif todo:
+                    h = todo.popleft()
+                    if serial and h.ordered:
+                        keyed.setdefault(h.queue_id, deque()).append(h)
+                    else:
+                        ask(h)
+                else:
+                    break
+            if not in_flight:
+                return ended
             resp = conn.receive()
-            answered += 1
+            h = in_flight.pop(resp.opaque, None)
+            if h is None:
+                continue
+            if h.ordered:
+                busy.discard(h.queue_id)
             if resp.code == ResponseCode.SUCCESS:
                 ended += 1
             else:
                 log.warn("{addr} did not end a half message: {code} {remark}", addr=addr, code=resp.code,
                          remark=resp.remark)  # fmt: skip
-    return ended

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from gateway.tls.config import TlsConfig
 from spark import exactly_once as eo
 from spark import queues as rq
 from spark.sink import OutgoingMessage, SinkSettings
+from tests.faults import FaultProxy
 from tests.spark.conftest import FAST_RETRIES, ROOT
 
 pytestmark = pytest.mark.spark
@@ -151,6 +153,31 @@ def test_halves_stay_invisible_until_the_decision_ends_them_in_order(servers: Ga
     assert eo.end_transactions(settings, rolled, commit=False) == 0
     time.sleep(2.5)  # check passes come and go
     assert len(visible(servers, "EosPieces")) == 40
+
+
+def test_a_keyed_queues_commits_go_one_at_a_time_the_others_together(servers: GatewayServers) -> None:
+    """Apache's broker ends transactions on a thread pool (two COMMITs of one queue in flight may be stored
+    in either order), so a keyed queue's COMMIT waits for the answer to the one before it. Through a proxy
+    holding every chunk 0.1 s, ten keyed COMMITs take ten round trips; ten others go together."""
+    servers.create_topic("EosKeyedEnds", 1)
+    settings = sink_settings(servers, "eos_keyed_ends_pg")
+    keyed = [replace(h, ordered=True) for h in halves(settings, "EosKeyedEnds", "w8 0 keyed", 10)]
+    loose = halves(settings, "EosKeyedEnds", "w8 1 loose", 10)
+    assert {h.queue_id for h in keyed + loose} == {0} and not any(h.ordered for h in loose)
+    ledger, now = eo.Ledger(settings), round(time.time(), 3)
+    for batch, attempt in enumerate(("keyed", "loose")):  # the check copies made meanwhile are rolled back
+        ledger.put("w8", batch, eo.Decision(True, now, 5.0, frozenset({attempt}), ended=True))
+    with FaultProxy(keyed[0].addr, delay=0.1) as proxy:
+        started = time.monotonic()
+        assert eo.end_transactions(settings, [replace(h, addr=proxy.address) for h in keyed], commit=True) == 0
+        one_at_a_time = time.monotonic() - started
+        started = time.monotonic()
+        assert eo.end_transactions(settings, [replace(h, addr=proxy.address) for h in loose], commit=True) == 0
+        together = time.monotonic() - started
+    assert one_at_a_time >= 10 * 2 * 0.1 * 0.9, one_at_a_time  # each request and its answer held 0.1 s
+    assert together < one_at_a_time / 2, (together, one_at_a_time)
+    expected = [f"keyed-{i}".encode() for i in range(10)] + [f"loose-{i}".encode() for i in range(10)]
+    assert visible(servers, "EosKeyedEnds") == expected
 
 
 def test_check_backs_commit_a_decided_batch_once_and_roll_back_the_rest(servers: GatewayServers) -> None:
