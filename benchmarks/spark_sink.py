@@ -31,9 +31,10 @@ from compat_tests.servers import GatewayServers
 
 def spark_write(spark: Any, namesrv: str, topic: str, args: argparse.Namespace, guarantee: str) -> dict[str, float]:
     """One write of ``args.rows`` rows of ``args.size``-byte bodies (made by Spark in the same job)."""
-    df = spark.range(0, args.rows, 1, args.partitions).selectExpr(
-        f"unhex(concat(lpad(hex(id), 16, '0'), repeat('5a', {args.size - 8}))) AS body"
-    )
+    columns = [f"unhex(concat(lpad(hex(id), 16, '0'), repeat('5a', {args.size - 8}))) AS body"]
+    if args.keys:
+        columns.append(f"CAST(id % {args.keys} AS STRING) AS shardingKey")
+    df = spark.range(0, args.rows, 1, args.partitions).selectExpr(*columns)
     started = time.perf_counter()
     (
         df.write.format("rocketmq")
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=128, help="the sink's batchSize (default 128)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--keys", type=int, default=0, help="rows carry this many sharding keys (default: none)")
     p.add_argument("--exactly-once", action="store_true", help="also write with deliveryGuarantee=exactly-once")
     p.add_argument("--save", metavar="JSON")
     args = p.parse_args(argv)
