@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.spark_source import spark_session
+from benchmarks.spark_source import servers_unless_given, spark_session
 from benchmarks.throughput import benchmark, parse_args
-from compat_tests.servers import GatewayServers
 
 
 def spark_write(spark: Any, namesrv: str, topic: str, args: argparse.Namespace, guarantee: str) -> dict[str, float]:
@@ -67,17 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rows < 1 or args.size < 16 or args.repeat < 1 or args.partitions < 1:
         p.error("--rows, --repeat and --partitions must be at least 1, --size at least 16")
-    if args.exactly_once and importlib.util.find_spec("spark.exactly_once") is None:
-        p.error("--exactly-once: spark/exactly_once.py is not in this tree")
     guarantees = ["at-least-once"] + (["exactly-once"] if args.exactly_once else [])
     runs: dict[str, list[dict[str, float]]] = {"producer": [], **{g: [] for g in guarantees}}
     with contextlib.ExitStack() as stack:
-        namesrv, pid, target = args.namesrv, None, f"namesrv {args.namesrv}"
-        if namesrv is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-spark-sink-bench-"))
-            servers = GatewayServers(Path(tmp)).start()
-            stack.callback(servers.stop)
-            namesrv, pid, target = servers.namesrv_addr, servers.proc.pid, "rocketmq-gateway"  # type: ignore[union-attr]
+        namesrv, pid, target = servers_unless_given(stack, args.namesrv)
         spark = spark_session(args.master, "rocketmq-sink-benchmark")
         stack.callback(spark.stop)
         warm = argparse.Namespace(**{**vars(args), "rows": 1000})

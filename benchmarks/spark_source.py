@@ -69,6 +69,17 @@ def _register_pure(spark: Any, source: type) -> str:
     return "rocketmq_pure"
 
 
+def servers_unless_given(stack: contextlib.ExitStack, namesrv: str | None) -> tuple[str, int | None, str]:
+    """(NameServer address, broker pid, label): ``namesrv`` as given, else our servers on a temporary store,
+    stopped when ``stack`` closes."""
+    if namesrv is not None:
+        return namesrv, None, f"namesrv {namesrv}"
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-spark-bench-"))
+    servers = GatewayServers(Path(tmp)).start()
+    stack.callback(servers.stop)
+    return servers.namesrv_addr, servers.proc.pid, "rocketmq-gateway"  # type: ignore[union-attr]
+
+
 def spark_session(master: str, app: str, conf: dict[str, str] | None = None) -> Any:
     """A quiet SparkSession on ``master`` with the ``rocketmq`` source registered; workers run this Python."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -146,12 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_partitions is not None and args.min_partitions < 1:
         p.error("--min-partitions must be at least 1")
     with contextlib.ExitStack() as stack:
-        namesrv, pid, target = args.namesrv, None, f"namesrv {args.namesrv}"
-        if namesrv is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rmq-spark-bench-"))
-            servers = GatewayServers(Path(tmp)).start()
-            stack.callback(servers.stop)
-            namesrv, pid, target = servers.namesrv_addr, servers.proc.pid, "rocketmq-gateway"  # type: ignore[union-attr]
+        namesrv, pid, target = servers_unless_given(stack, args.namesrv)
         fill = parse_args([
             "--namesrv", namesrv, "--topic", args.topic, "--messages", str(args.messages), "--size", str(args.size),
             "--queues", str(args.queues), "--duration", "3600", "--timeout", "600", "--drain-repeat", str(args.repeat),

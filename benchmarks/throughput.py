@@ -39,7 +39,7 @@ from typing import Any
 
 from compat_tests.servers import GatewayServers
 from gateway.remoting.codec import FrameDecoder, ProtocolError
-from gateway.remoting.codes import ResponseCode
+from gateway.remoting.codes import ResponseCode, response_code_text
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.message import MessageConst, decode_records
 
@@ -586,7 +586,7 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
     seconds = (max(r["end_ns"] for r in reports) - min(r["start_ns"] for r in reports)) / 1e9
     lat = array.array("I", sorted(lat))
     ok = sum(n for code, n in codes.items() if code in STORED_CODES)
-    errors_by_code = {_code_name(code): n for code, n in codes.items() if code != ResponseCode.SUCCESS}
+    errors_by_code = {response_code_text(code): n for code, n in codes.items() if code != ResponseCode.SUCCESS}
     errors_by_code.update(failures)
     return {
         "messages": ok,
@@ -604,14 +604,6 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
         "stored_per_queue": {f"{b}:{q}": n for (b, _a, q), n in sorted(stored.items())},
         "hot_spots": hot,
     }
-
-
-def _code_name(code: int) -> str:
-    """``"17 TOPIC_NOT_EXIST"``, or just the number for codes we do not know."""
-    try:
-        return f"{code} {ResponseCode(code).name}"
-    except ValueError:
-        return str(code)
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -883,7 +875,7 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
         "mb_s": res.messages * args.size / MB / res.seconds if res.seconds > 0 else 0.0,
         "record_mb_s": res.record_bytes / MB / res.seconds if res.seconds > 0 else 0.0,
         "pulls": res.pulls,
-        "codes": {_code_name(c): n for c, n in res.codes.items()},
+        "codes": {response_code_text(c): n for c, n in res.codes.items()},
         "consumer_cpu": res.cpu / res.seconds if res.seconds > 0 else 0.0,
         "broker_cpu": meter.broker,
         "machine_cpu": meter.machine,

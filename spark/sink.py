@@ -55,7 +55,7 @@ from gateway.client.producer import RETRY_RESPONSE_CODES, build_message
 from gateway.client.route import default_topic_route, publish_queues
 from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.bodies import MessageQueue
-from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.codes import RequestCode, response_code_text
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from gateway.remoting.message import (
@@ -476,7 +476,7 @@ class WindowedSender:
             return
         failure = (
             f"send to {unit.mq.broker_name} queue {unit.mq.queue_id} of {unit.mq.topic} failed: "
-            f"code {response.code} {_code_name(response.code)}: {response.remark}"
+            f"code {response_code_text(response.code)}: {response.remark}"
         )
         if response.code not in RETRY_RESPONSE_CODES or unit.attempts > self.settings.retries:
             raise SinkError(failure + _tried(unit))
@@ -505,13 +505,6 @@ class WindowedSender:
         if not unit.ordered:
             unit.mq = self.chooser.another(unit.mq)  # keyed rows keep their queue
         self.send(unit)
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ResponseCode(code).name
-    except ValueError:
-        return "UNKNOWN"
 
 
 def _tried(unit: SendUnit) -> str:
@@ -631,10 +624,8 @@ def _batch(batch_id: int | None) -> str:
 
 def delivery_for(settings: SinkSettings) -> Delivery:
     if settings.delivery_guarantee == "exactly-once":
-        try:
-            from .exactly_once import ExactlyOnce
-        except ImportError as e:
-            raise SinkError(f"deliveryGuarantee exactly-once is not available here: {e}") from None
+        from .exactly_once import ExactlyOnce  # here: exactly_once builds on this module
+
         return ExactlyOnce()
     return AtLeastOnce()
 

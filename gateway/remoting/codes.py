@@ -196,6 +196,14 @@ class ResponseCode(IntEnum):
     CONTROLLER_BROKER_ID_INVALID = 2014
 
 
+def response_code_text(code: int) -> str:
+    """``"17 TOPIC_NOT_EXIST"``, or just the number for a code not in :class:`ResponseCode`."""
+    try:
+        return f"{code} {ResponseCode(code).name}"
+    except ValueError:
+        return str(code)
+
+
 class LanguageCode(IntEnum):
     """``LanguageCode``: the value is the ROCKETMQ-header byte, the name the JSON string."""
 
