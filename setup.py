@@ -11,11 +11,14 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field
 
 setup(
     ext_modules=[
-        Extension(name, [source], depends=["gateway/_native.h"], extra_compile_args=FLAGS, optional=True)
+        Extension(
+            name, [source], depends=["gateway/_native.h", "gateway/store/record.h"], extra_compile_args=FLAGS, optional=True
+        )
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
             ("gateway.remoting._sender", "gateway/remoting/_sender.c"),
             ("gateway.store._store", "gateway/store/_store.c"),
+            ("gateway.broker._send_lane", "gateway/broker/_send_lane.c"),
             ("spark._columns", "spark/_columns.c"),
         )
     ]

@@ -72,6 +72,7 @@ from .rebalance_lock import RebalanceLockManager
 from .registration import BrokerRegistration
 from .replicas import ReplicasManager
 from .schedule import DELIVER_INTERVAL, ScheduleMessageService
+from .send_lane import send_lane
 from .slave_sync import SlaveSynchronize
 from .stats import SAMPLE_SECONDS, BrokerStatsManager, MessageCounts
 from .timer import TimerMessageService
@@ -148,7 +149,7 @@ class BrokerController(service.Service):
         if config.metricsExporterType.upper() == "PROM":
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
             self.grpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
-        send = SendMessageProcessor(self)
+        send = self._send_processor = SendMessageProcessor(self)
         for processor in (
             send,
             ReplyMessageProcessor(self, send),
@@ -251,6 +252,8 @@ class BrokerController(service.Service):
             self._abandon_start()
             raise
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
+        lane = send_lane(self, self._send_processor)
+        self.factory.lane = lane.lane if lane is not None else None
         # Stopped in stopService once the connections are closed, not as soon as the reactor starts shutting down.
         self.flush_service = FlushService(self.store, self.store_config, self.reactor, stop_with_reactor=False)
         self.flush_service.start()

@@ -55,8 +55,8 @@ _KINDS = {str: 0, _to_int: 1, _to_bool: 2, check_topic: 3, check_group: 4}
 _LEGAL_NAME = re.compile(r"[%|a-zA-Z0-9_-]+").fullmatch
 # Names already found legal: the same few topics and groups arrive on every request, and a set lookup is
 # cheaper than the check. Bounded: a client sending endless new names only empties them.
-_KNOWN_TOPICS: set[str] = set()
-_KNOWN_GROUPS: set[str] = set()
+KNOWN_TOPICS: set[str] = set()
+KNOWN_GROUPS: set[str] = set()
 _KNOWN_MAX = 65536
 
 
@@ -78,7 +78,7 @@ def _check_name(kind: int, name: str) -> None:
     topic = kind == _KINDS[check_topic]
     if len(name) > (TOPIC_MAX_LENGTH if topic else GROUP_MAX_LENGTH) or _LEGAL_NAME(name) is None:
         (check_topic if topic else check_group)(name)
-    _remember(_KNOWN_TOPICS if topic else _KNOWN_GROUPS, name)
+    _remember(KNOWN_TOPICS if topic else KNOWN_GROUPS, name)
 
 
 if (_c_codec := codec.accelerator(loaded=True)) is not None:
@@ -87,8 +87,8 @@ if (_c_codec := codec.accelerator(loaded=True)) is not None:
         to_int_or_none=_to_int_or_none,
         is_true=_to_bool,
         check_name=_check_name,
-        known_topics=_KNOWN_TOPICS,
-        known_groups=_KNOWN_GROUPS,
+        known_topics=KNOWN_TOPICS,
+        known_groups=KNOWN_GROUPS,
     )
 
 
@@ -154,8 +154,8 @@ class CommandHeader:
             "check_topic": check_topic,
             "check_group": check_group,
             "legal": _LEGAL_NAME,
-            "known_topics": _KNOWN_TOPICS,
-            "known_groups": _KNOWN_GROUPS,
+            "known_topics": KNOWN_TOPICS,
+            "known_groups": KNOWN_GROUPS,
             "remember": _remember,
         }
         args = []

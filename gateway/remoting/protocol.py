@@ -81,6 +81,8 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         # A server connection's send thread (its factory's, if it has one) and its channel there.
         self._sender: SendThread | None = None
         self._channel = -1
+        # The factory's request lane (the broker's C send lane), served before the dispatcher.
+        self._lane: Any = None
 
     # -- connection lifecycle
 
@@ -106,6 +108,7 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                 self._sender = sender
             except OSError as e:  # out of descriptors: this connection sends on the reactor
                 log.warn("{peer} sends on the reactor: {error}", peer=self.peer, error=e)
+        self._lane = getattr(self.factory, "lane", None)
         # Stop reading requests while our responses cannot be written (slow peer).
         self.transport.registerProducer(self, True)
         if isinstance(self.factory, RemotingServerFactory):
@@ -171,8 +174,17 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                     return  # evicted: its complete frames would get no answer
         if self._replies is None:
             self._replies = []
+        lane = self._lane
         try:
-            for cmd in commands:
+            i, n = 0, len(commands)
+            while i < n:
+                if lane is not None:
+                    # It takes requests in order and stops at the first it leaves to the dispatcher.
+                    i = lane.take(self, commands, i, self._replies)
+                    if i >= n:
+                        break
+                cmd = commands[i]
+                i += 1
                 if cmd.is_response:
                     d = self.pending.pop(cmd.opaque, None)
                     if d is None:
@@ -192,6 +204,11 @@ class RemotingProtocol(Protocol, TimeoutMixin):
         """Write a command (a response, or a request whose opaque is set)."""
         if self.connected_:
             self._write(encode_parts(cmd))
+
+    def write_frame(self, frame: bytes) -> None:
+        """Write an encoded frame (a response the send lane built)."""
+        if self.connected_:
+            self._write([frame])
 
     def invoke(self, request: RemotingCommand, timeout: float = 3.0) -> Deferred[RemotingCommand]:
         """Send a request and get a Deferred of its response (RemotingTimeoutError on timeout)."""
@@ -331,6 +348,10 @@ class RemotingServerFactory(Factory):
         self.channels: set[RemotingProtocol] = set()
         # Where connections made from now on send their replies (see gateway.remoting.sender); None: the reactor.
         self.sender: SendThread | None = None
+        # What serves requests before the dispatcher on connections made from now on: an object whose
+        # take(channel, commands, start, replies) serves commands[start:] in order while it can and returns the index
+        # of the first it leaves (the broker's C send lane); None: the dispatcher serves all.
+        self.lane: Any = None
         self._closing: dict[RemotingProtocol, Deferred[None]] = {}
 
     def opened(self, channel: RemotingProtocol) -> None:

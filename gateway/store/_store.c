@@ -6,7 +6,7 @@
  *
  * Also the commitlog's fsync thread (FsyncThread, used by flush.py): it never takes the GIL.
  */
-#include "../_native.h"
+#include "record.h"
 
 #include <fcntl.h>
 
@@ -62,8 +62,15 @@ store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(StructError, "write_record: a field is too long for its length field");
         goto done;
     }
-    long long total = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born->len + 8 + store->len + 4 + 8 + 4 + body->len + 1 +
-                      topic->len + 2 + props->len;
+    Record r = {
+        .magic = (int32_t)v[W_MAGIC], .body_crc = (int32_t)v[W_CRC], .queue_id = (int32_t)v[W_QUEUE],
+        .flag = (int32_t)v[W_FLAG], .sys_flag = (int32_t)v[W_SYS], .reconsume_times = (int32_t)v[W_RECONSUME],
+        .queue_offset = v[W_QOFF], .phy = v[W_PHY], .born_timestamp = v[W_BORN_TS], .store_timestamp = v[W_STORE_TS],
+        .prepared_offset = v[W_PREPARED], .born_host = born->buf, .born_len = born->len, .store_host = store->buf,
+        .store_len = store->len, .body = body->buf, .body_len = body->len, .topic = topic->buf,
+        .topic_len = topic->len, .props = props->buf, .props_len = props->len,
+    };
+    long long total = record_length(&r);
     if (total != v[W_SIZE]) {
         PyErr_SetString(PyExc_ValueError, "write_record: size is not the record's");
         goto done;
@@ -76,33 +83,7 @@ store_write_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&mm);
         goto done;
     }
-    unsigned char *p = (unsigned char *)mm.buf + v[W_POS];
-    put32(p, total);
-    put32(p + 4, v[W_MAGIC]);
-    put32(p + 8, v[W_CRC]);
-    put32(p + 12, v[W_QUEUE]);
-    put32(p + 16, v[W_FLAG]);
-    put64(p + 20, v[W_QOFF]);
-    put64(p + 28, v[W_PHY]);
-    put32(p + 36, v[W_SYS]);
-    put64(p + 40, v[W_BORN_TS]);
-    p += 48;
-    memcpy(p, born->buf, born->len);
-    p += born->len;
-    put64(p, v[W_STORE_TS]);
-    memcpy(p + 8, store->buf, store->len);
-    p += 8 + store->len;
-    put32(p, v[W_RECONSUME]);
-    put64(p + 4, v[W_PREPARED]);
-    put32(p + 12, body->len);
-    memcpy(p + 16, body->buf, body->len);
-    p += 16 + body->len;
-    p[0] = (unsigned char)topic->len;
-    memcpy(p + 1, topic->buf, topic->len);
-    p += 1 + topic->len;
-    p[0] = (unsigned char)(props->len >> 8);
-    p[1] = (unsigned char)props->len;
-    memcpy(p + 2, props->buf, props->len);
+    put_record((unsigned char *)mm.buf + v[W_POS], total, &r);
     PyBuffer_Release(&mm);
     result = Py_NewRef(Py_None);
 done:
@@ -111,8 +92,6 @@ done:
     return result;
 }
 
-#define MESSAGE_MAGIC_CODE ((int32_t)0xDAA320A7)
-#define BLANK_MAGIC_CODE ((int32_t)0xCBD43194)
 #define BORNHOST_V6_FLAG 0x10
 #define STOREHOSTADDRESS_V6_FLAG 0x20
 #define MIN_RECORD_SIZE (4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2)

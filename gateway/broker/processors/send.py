@@ -422,7 +422,7 @@ class SendMessageProcessor:
         if result.status is not _PUT_OK or append is None:
             if result.status is PutMessageStatus.SERVICE_NOT_AVAILABLE:
                 return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, _service_not_available(self.broker), ext)
-            return request.response(*_status_code(result.status), ext)
+            return request.response(*status_code(result.status), ext)
         self.broker.message_counts.put(topic, append.msg_num, append.wrote_bytes)
         ext["msgId"] = append.msg_id
         ext["queueId"] = str(queue_id)
@@ -483,11 +483,11 @@ def put_result_response(
 def _put_result_response(request: RemotingCommand, result: PutMessageResult) -> RemotingCommand:
     if result.ok:
         return request.response(ResponseCode.SUCCESS)
-    code, remark = _status_code(result.status)
+    code, remark = status_code(result.status)
     return request.response(code, remark)
 
 
-def _status_code(status: PutMessageStatus) -> tuple[int, str | None]:
+def status_code(status: PutMessageStatus) -> tuple[int, str | None]:
     """The response code and remark of a put status (SYSTEM_ERROR for one with none)."""
     found = _STATUS_CODES.get(status)
     # The fallback is built only when needed: str() of an enum is not free, and this runs on every send.

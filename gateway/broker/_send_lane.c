@@ -1,0 +1,774 @@
+/* The send lane: the common SEND_MESSAGE / SEND_MESSAGE_V2 answered in C, one call for a read's requests.
+ *
+ * A plain message (no transaction, delay, timer or retry topic, not a batch, not oneway) to a topic the broker
+ * already has, on a master whose store takes it, is validated as SendMessageProcessor.msg_check validates it,
+ * written into the commitlog's current segment as CommitLog.put_message writes it, dispatched by the commitlog's
+ * own dispatcher, counted, and answered with the bytes SendMessageProcessor would have sent. Anything else (a field
+ * that is not plainly valid, a new topic, a segment to roll, an error to report) is left to the Python processor,
+ * which is the reference: the lane only takes what Python would store and answer SUCCESS, and stops at the first
+ * request it does not take so that requests are served in order. send_lane.py builds the lane and serves SYNC_FLUSH
+ * waits. The GIL is held throughout: the lane reads and updates the same Python objects the processor does.
+ */
+#include "../store/record.h"
+
+#include <time.h>
+
+/* Interned attribute and key names. */
+#define NAMES(X)                                                                                                     \
+    X(code) X(flag) X(opaque) X(ext_fields) X(body) X(serialize_type) X(startAcceptSendRequestTimeStamp)            \
+    X(brokerPermission) X(put_refused) X(put_waiter) X(table) X(perm) X(write_queue_nums) X(read_queue_nums)         \
+    X(topic_filter_type) X(topic_queue_table) X(_topic_bytes) X(maxMessageSize) X(files) X(wrote_where)             \
+    X(end_offset) X(file_from_offset) X(file_size) X(mm) X(_warm_at) X(_warm) X(tail) X(dispatcher) X(_writable)     \
+    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host)
+#define DECLARE(n) static PyObject *S_##n;
+NAMES(DECLARE)
+static PyObject *MultiTag; /* "MULTI_TAG" */
+static PyObject *EmptyStr;
+
+#define REQUEST_SEND_MESSAGE 10
+#define REQUEST_SEND_MESSAGE_V2 310
+#define RPC_TYPE_RESPONSE 1
+#define RPC_ONEWAY 2
+#define PERM_WRITE 0x2
+#define MULTI_TAGS_FLAG 0x8
+#define TRANSACTION_MASK 0xC
+#define HOST_V6_FLAGS 0x30 /* BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG */
+#define BORNHOST_V6_FLAG 0x10
+#define STOREHOSTADDRESS_V6_FLAG 0x20
+#define END_FILE_MIN_BLANK_LENGTH 8
+#define MAX_TOPIC_LENGTH 127
+#define MAX_PROPERTIES_LENGTH 32767
+
+/* The header's fields: SEND_MESSAGE_V2's one-letter keys and SEND_MESSAGE's names (headers.py's V2_NAMES). */
+enum { F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_FLAG, F_PROPERTIES,
+       F_RECONSUME, F_UNIT_MODE, F_MAX_RECONSUME, F_BATCH, N_FIELDS };
+static const char *const V2Keys[N_FIELDS] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m"};
+static const char *const V1Keys[N_FIELDS] = {
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp", "flag",
+    "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch"};
+static PyObject *KeysV2[N_FIELDS], *KeysV1[N_FIELDS];
+
+typedef struct {
+    PyObject_HEAD
+    /* What the lane reads, set once by send_lane.py (see Lane's docstring for each). */
+    PyObject *config, *broker, *dispatcher, *store, *commit_log, *file_queue, *topics, *store_config, *count_put, *send_properties,
+        *crc32, *known_topics, *known_groups, *not_allowed, *retry_prefix, *cluster, *wait_stored,
+        *serialize_rocketmq, *region, *trace_on, *json_pieces;
+    long long mapped_file_size;
+    int version;
+    /* Requests taken, for tests and the benchmarks. */
+    unsigned long long taken;
+} Lane;
+
+static void
+lane_clear_refs(Lane *self)
+{
+    Py_CLEAR(self->config);
+    Py_CLEAR(self->broker);
+    Py_CLEAR(self->dispatcher);
+    Py_CLEAR(self->store);
+    Py_CLEAR(self->commit_log);
+    Py_CLEAR(self->file_queue);
+    Py_CLEAR(self->topics);
+    Py_CLEAR(self->store_config);
+    Py_CLEAR(self->count_put);
+    Py_CLEAR(self->send_properties);
+    Py_CLEAR(self->crc32);
+    Py_CLEAR(self->known_topics);
+    Py_CLEAR(self->known_groups);
+    Py_CLEAR(self->not_allowed);
+    Py_CLEAR(self->retry_prefix);
+    Py_CLEAR(self->cluster);
+    Py_CLEAR(self->wait_stored);
+    Py_CLEAR(self->serialize_rocketmq);
+    Py_CLEAR(self->region);
+    Py_CLEAR(self->trace_on);
+    Py_CLEAR(self->json_pieces);
+}
+
+static int
+lane_init(Lane *self, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"config", "broker", "dispatcher", "store", "commit_log", "file_queue", "topics", "store_config",
+                         "count_put", "send_properties", "crc32", "known_topics", "known_groups", "not_allowed",
+                         "retry_prefix", "cluster", "wait_stored", "serialize_rocketmq", "region",
+                         "trace_on", "json_pieces", "mapped_file_size", "version", NULL};
+    PyObject *o[21];
+    long long mapped_file_size;
+    int version;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!Li", kw, &o[0], &o[1], &o[2], &o[3],
+                                     &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PySet_Type, &o[11],
+                                     &PySet_Type, &o[12], &PyFrozenSet_Type, &o[13], &o[14], &o[15], &o[16], &o[17],
+                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20],
+                                     &mapped_file_size, &version))
+        return -1;
+    if (PyTuple_GET_SIZE(o[20]) != 5) {
+        PyErr_SetString(PyExc_ValueError, "json_pieces: five byte strings");
+        return -1;
+    }
+    for (int i = 0; i < 5; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(o[20], i))) {
+            PyErr_SetString(PyExc_TypeError, "json_pieces: five byte strings");
+            return -1;
+        }
+    lane_clear_refs(self);
+    PyObject **slots[] = {&self->config, &self->broker, &self->dispatcher, &self->store, &self->commit_log, &self->file_queue,
+                          &self->topics, &self->store_config, &self->count_put, &self->send_properties, &self->crc32,
+                          &self->known_topics, &self->known_groups, &self->not_allowed, &self->retry_prefix,
+                          &self->cluster, &self->wait_stored, &self->serialize_rocketmq,
+                          &self->region, &self->trace_on, &self->json_pieces};
+    for (int i = 0; i < 21; i++)
+        *slots[i] = Py_NewRef(o[i]);
+    self->mapped_file_size = mapped_file_size;
+    self->version = version;
+    return 0;
+}
+
+static void
+lane_dealloc(Lane *self)
+{
+    lane_clear_refs(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* A str of 1..18 ASCII digits (what the codec's header decoder reads without Python) as *out; 0 for anything else,
+ * which the lane leaves to Python. */
+static int
+plain_decimal(PyObject *v, long long *out)
+{
+    if (v == NULL || !PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v))
+        return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    if (n < 1 || n > 18)
+        return 0;
+    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(v);
+    long long x = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (c[i] < '0' || c[i] > '9')
+            return 0;
+        x = x * 10 + (c[i] - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+static int
+plain_int32(PyObject *v, int32_t *out)
+{
+    long long x;
+    if (!plain_decimal(v, &x) || x > INT32_MAX)
+        return 0;
+    *out = (int32_t)x;
+    return 1;
+}
+
+/* An attribute as a C long long (0 with an exception set, or *ok = 0 if it is not an int). */
+static int
+attr_ll(PyObject *o, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int overflow = 0;
+    long long x = PyLong_Check(v) ? PyLong_AsLongLongAndOverflow(v, &overflow) : 0;
+    int ok = PyLong_Check(v) && !overflow && !(x == -1 && PyErr_Occurred());
+    Py_DECREF(v);
+    if (PyErr_Occurred())
+        return -1;
+    *out = x;
+    return ok;
+}
+
+static const char Hex[] = "0123456789ABCDEF";
+
+/* The response frame: header in the request's encoding, no body. */
+static PyObject *
+reply_frame(Lane *self, int rocketmq, int32_t opaque, const char *msg_id, Py_ssize_t msg_id_len, int32_t queue_id,
+            long long queue_offset)
+{
+    char qid[16], qoff[24], op[16];
+    int qid_len = snprintf(qid, sizeof qid, "%d", queue_id);
+    int qoff_len = snprintf(qoff, sizeof qoff, "%lld", queue_offset);
+    PyObject *frame;
+    unsigned char *out;
+    if (rocketmq) {
+        /* code, language JAVA (0), version, opaque, flag, no remark, extFields in the processor's order. */
+        Py_ssize_t rlen = PyBytes_GET_SIZE(self->region), tlen = PyBytes_GET_SIZE(self->trace_on);
+        Py_ssize_t ext = (2 + 10 + 4 + rlen) + (2 + 8 + 4 + tlen) + (2 + 5 + 4 + msg_id_len) + (2 + 7 + 4 + qid_len) +
+                         (2 + 11 + 4 + qoff_len);
+        Py_ssize_t header = 13 + 4 + 4 + ext;
+        if ((frame = PyBytes_FromStringAndSize(NULL, 8 + header)) == NULL)
+            return NULL;
+        out = (unsigned char *)PyBytes_AS_STRING(frame);
+        put32(out, 4 + header);
+        put32(out + 4, (1u << 24) | (uint32_t)header);
+        out += 8;
+        put16(out, 0);
+        out[2] = 0;
+        put16(out + 3, self->version);
+        put32(out + 5, opaque);
+        put32(out + 9, RPC_TYPE_RESPONSE);
+        put32(out + 13, 0);
+        put32(out + 17, ext);
+        out += 21;
+        const struct { const char *k; Py_ssize_t kl; const char *v; Py_ssize_t vl; } e[5] = {
+            {"MSG_REGION", 10, PyBytes_AS_STRING(self->region), rlen},
+            {"TRACE_ON", 8, PyBytes_AS_STRING(self->trace_on), tlen},
+            {"msgId", 5, msg_id, msg_id_len},
+            {"queueId", 7, qid, qid_len},
+            {"queueOffset", 11, qoff, qoff_len},
+        };
+        for (int i = 0; i < 5; i++) {
+            put16(out, e[i].kl);
+            memcpy(out + 2, e[i].k, e[i].kl);
+            out += 2 + e[i].kl;
+            put32(out, e[i].vl);
+            memcpy(out + 4, e[i].v, e[i].vl);
+            out += 4 + e[i].vl;
+        }
+        return frame;
+    }
+    /* JSON: the processor's header cut by send_lane.py where msgId, queueId, queueOffset and opaque go. */
+    int op_len = snprintf(op, sizeof op, "%d", opaque);
+    PyObject *const *p = &PyTuple_GET_ITEM(self->json_pieces, 0);
+    const char *parts[9] = {PyBytes_AS_STRING(p[0]), msg_id, PyBytes_AS_STRING(p[1]), qid, PyBytes_AS_STRING(p[2]),
+                            qoff, PyBytes_AS_STRING(p[3]), op, PyBytes_AS_STRING(p[4])};
+    Py_ssize_t lens[9] = {PyBytes_GET_SIZE(p[0]), msg_id_len, PyBytes_GET_SIZE(p[1]), qid_len, PyBytes_GET_SIZE(p[2]),
+                          qoff_len, PyBytes_GET_SIZE(p[3]), op_len, PyBytes_GET_SIZE(p[4])};
+    Py_ssize_t header = 0;
+    for (int i = 0; i < 9; i++)
+        header += lens[i];
+    if ((frame = PyBytes_FromStringAndSize(NULL, 8 + header)) == NULL)
+        return NULL;
+    out = (unsigned char *)PyBytes_AS_STRING(frame);
+    put32(out, 4 + header);
+    put32(out + 4, header);
+    out += 8;
+    for (int i = 0; i < 9; i++) {
+        memcpy(out, parts[i], lens[i]);
+        out += lens[i];
+    }
+    return frame;
+}
+
+/* What one read's requests share: the broker's gates, read once a take() (nothing a request runs changes them
+ * before the lane's next request: the processor that could is Python, and the lane stops before it). */
+typedef struct {
+    PyObject *topic_table;     /* topics.table */
+    PyObject *queue_table;     /* commit_log.topic_queue_table */
+    PyObject *topic_bytes;     /* commit_log._topic_bytes */
+    PyObject *store_host;      /* broker.store_host: set once the broker listens */
+    long long max_message_size;
+    int waits;                 /* a put waiter is set (SYNC_FLUSH, SYNC_MASTER) */
+} Gates;
+
+/* 1: the broker takes plain sends now (as msg_check and DefaultMessageStore._writable decide); 0: Python decides;
+ * -1: an exception. */
+static int
+read_gates(Lane *self, Gates *g)
+{
+    long long v;
+    int ok = attr_ll(self->config, S_startAcceptSendRequestTimeStamp, &v);
+    if (ok <= 0 || v != 0)
+        return ok < 0 ? -1 : 0;
+    if ((ok = attr_ll(self->config, S_brokerPermission, &v)) <= 0 || !(v & PERM_WRITE))
+        return ok < 0 ? -1 : 0;
+    PyObject *hooks = PyObject_GetAttr(self->dispatcher, S_hooks);
+    if (hooks == NULL)
+        return -1;
+    Py_ssize_t n_hooks = PyList_Check(hooks) ? PyList_GET_SIZE(hooks) : 1;
+    Py_DECREF(hooks);
+    PyObject *latency = PyObject_GetAttr(self->dispatcher, S_rpc_latency);
+    if (latency == NULL)
+        return -1;
+    Py_DECREF(latency);
+    if (n_hooks || latency != Py_None)
+        return 0; /* ACL, the RPC latency histograms: Python's */
+    PyObject *refused = PyObject_GetAttr(self->broker, S_put_refused);
+    if (refused == NULL)
+        return -1;
+    Py_DECREF(refused);
+    if (refused != Py_None)
+        return 0;
+    PyObject *writable = PyObject_CallMethodNoArgs(self->store, S__writable);
+    if (writable == NULL)
+        return -1;
+    int w = PyObject_IsTrue(writable);
+    Py_DECREF(writable);
+    if (w <= 0)
+        return w;
+    PyObject *waiter = PyObject_GetAttr(self->broker, S_put_waiter);
+    if (waiter == NULL)
+        return -1;
+    g->waits = waiter != Py_None;
+    Py_DECREF(waiter);
+    if ((ok = attr_ll(self->store_config, S_maxMessageSize, &g->max_message_size)) <= 0)
+        return ok;
+    if ((g->store_host = PyObject_GetAttr(self->broker, S_store_host)) == NULL)
+        return -1;
+    Py_ssize_t host_len = PyBytes_Check(g->store_host) ? PyBytes_GET_SIZE(g->store_host) : 0;
+    if (host_len != 8 && host_len != 20)
+        return 0;
+    if ((g->topic_table = PyObject_GetAttr(self->topics, S_table)) == NULL)
+        return -1;
+    if ((g->queue_table = PyObject_GetAttr(self->commit_log, S_topic_queue_table)) == NULL ||
+        (g->topic_bytes = PyObject_GetAttr(self->commit_log, S__topic_bytes)) == NULL)
+        return -1;
+    if (!PyDict_CheckExact(g->topic_table) || !PyDict_CheckExact(g->queue_table) || !PyDict_CheckExact(g->topic_bytes))
+        return 0;
+    return 1;
+}
+
+static void
+release_gates(Gates *g)
+{
+    Py_XDECREF(g->store_host);
+    Py_XDECREF(g->topic_table);
+    Py_XDECREF(g->queue_table);
+    Py_XDECREF(g->topic_bytes);
+}
+
+/* The segment the next record goes into, as CommitLog._reserve finds it without rolling: 1 with *f (a new
+ * reference), *mm (the segment's mapping, held) and *pos; 0 when Python must roll or create a segment. */
+static int
+current_segment(Lane *self, long long size, PyObject **f_out, Py_buffer *mm, long long *pos, long long *wrote)
+{
+    PyObject *files = PyObject_GetAttr(self->file_queue, S_files);
+    if (files == NULL)
+        return -1;
+    if (!PyList_CheckExact(files) || PyList_GET_SIZE(files) == 0) {
+        Py_DECREF(files);
+        return 0;
+    }
+    PyObject *f = Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1));
+    Py_DECREF(files);
+    long long end, from, file_size;
+    int ok;
+    if ((ok = attr_ll(self->file_queue, S_wrote_where, wrote)) <= 0 || (ok = attr_ll(f, S_end_offset, &end)) <= 0 ||
+        (ok = attr_ll(f, S_file_from_offset, &from)) <= 0 || (ok = attr_ll(f, S_file_size, &file_size)) <= 0)
+        goto refuse;
+    if (*wrote >= end || *wrote < from)
+        goto refuse;
+    *pos = *wrote - from;
+    if (size + END_FILE_MIN_BLANK_LENGTH > file_size - *pos)
+        goto refuse;
+    PyObject *m = PyObject_GetAttr(f, S_mm);
+    if (m == NULL) {
+        ok = -1;
+        goto refuse;
+    }
+    ok = PyObject_GetBuffer(m, mm, PyBUF_WRITABLE);
+    Py_DECREF(m);
+    if (ok < 0)
+        goto refuse;
+    if (mm->len < file_size || *pos + size > mm->len) {
+        PyBuffer_Release(mm);
+        ok = 0;
+        goto refuse;
+    }
+    *f_out = f;
+    return 1;
+refuse:
+    Py_DECREF(f);
+    return ok < 0 ? -1 : 0;
+}
+
+static inline long long
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One request: 1 taken (its reply appended to `replies` or handed to wait_stored), 0 left to Python, -1 error. */
+static int
+take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *replies)
+{
+    long long code, cflag, copaque;
+    int ok;
+    if ((ok = attr_ll(cmd, S_code, &code)) <= 0)
+        return ok;
+    if (code != REQUEST_SEND_MESSAGE_V2 && code != REQUEST_SEND_MESSAGE)
+        return 0;
+    if ((ok = attr_ll(cmd, S_flag, &cflag)) <= 0 || (ok = attr_ll(cmd, S_opaque, &copaque)) <= 0)
+        return ok;
+    if (cflag & (RPC_TYPE_RESPONSE | RPC_ONEWAY) || copaque < INT32_MIN || copaque > INT32_MAX)
+        return 0;
+
+    int result = 0;
+    PyObject *ext = NULL, *body = NULL, *stype = NULL, *done = NULL, *key = NULL, *f = NULL, *born = NULL;
+    PyObject *attrs = NULL, *tail = NULL, *next = NULL, *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL;
+    Py_buffer mm = {0};
+    if ((ext = PyObject_GetAttr(cmd, S_ext_fields)) == NULL || (body = PyObject_GetAttr(cmd, S_body)) == NULL ||
+        (stype = PyObject_GetAttr(cmd, S_serialize_type)) == NULL)
+        goto error;
+    if (!PyDict_CheckExact(ext) || !PyBytes_CheckExact(body))
+        goto out;
+    PyObject **keys = code == REQUEST_SEND_MESSAGE_V2 ? KeysV2 : KeysV1;
+    PyObject *v[N_FIELDS];
+    for (int i = 0; i < N_FIELDS; i++) {
+        v[i] = PyDict_GetItemWithError(ext, keys[i]);
+        if (v[i] == NULL && PyErr_Occurred())
+            goto error;
+        if (v[i] != NULL && !PyUnicode_CheckExact(v[i]))
+            goto out;
+    }
+    /* Names Python has checked before (it remembers the legal ones), the numbers plain, not a batch. */
+    if (v[F_GROUP] == NULL || v[F_TOPIC] == NULL || v[F_DEFAULT_TOPIC] == NULL)
+        goto out;
+    if ((ok = PySet_Contains(self->known_groups, v[F_GROUP])) <= 0 ||
+        (ok = PySet_Contains(self->known_topics, v[F_TOPIC])) <= 0 ||
+        (ok = PySet_Contains(self->known_topics, v[F_DEFAULT_TOPIC])) <= 0)
+        goto checked;
+    int32_t default_queues, queue_id, sys_flag, msg_flag, reconsume = 0, unused;
+    long long born_ts;
+    if (!plain_int32(v[F_DEFAULT_QUEUES], &default_queues) || !plain_int32(v[F_QUEUE_ID], &queue_id) ||
+        !plain_int32(v[F_SYS_FLAG], &sys_flag) || !plain_decimal(v[F_BORN_TS], &born_ts) ||
+        !plain_int32(v[F_FLAG], &msg_flag) || (v[F_RECONSUME] != NULL && !plain_int32(v[F_RECONSUME], &reconsume)) ||
+        (v[F_MAX_RECONSUME] != NULL && !plain_int32(v[F_MAX_RECONSUME], &unused)))
+        goto out;
+    if (v[F_BATCH] != NULL && PyUnicode_CompareWithASCIIString(v[F_BATCH], "false") != 0)
+        goto out;
+    /* msg_check: a send to this topic is allowed, the topic exists and takes writes, the queue is one of its. */
+    PyObject *topic = v[F_TOPIC];
+    if ((ok = PySet_Contains(self->not_allowed, topic)) != 0)
+        goto checked;
+    if ((ok = (int)PyUnicode_Tailmatch(topic, self->retry_prefix, 0, PY_SSIZE_T_MAX, -1)) != 0)
+        goto checked;
+    if (ok < 0)
+        goto error;
+    if ((tc = PyDict_GetItemWithError(g->topic_table, topic)) == NULL) {
+        if (PyErr_Occurred())
+            goto error;
+        goto out;
+    }
+    Py_INCREF(tc);
+    long long perm, wq, rq;
+    if ((ok = attr_ll(tc, S_perm, &perm)) <= 0 || (ok = attr_ll(tc, S_write_queue_nums, &wq)) <= 0 ||
+        (ok = attr_ll(tc, S_read_queue_nums, &rq)) <= 0)
+        goto checked;
+    if (!(perm & PERM_WRITE) || queue_id >= (wq > rq ? wq : rq))
+        goto out;
+    PyObject *filter_type = PyObject_GetAttr(tc, S_topic_filter_type);
+    if (filter_type == NULL)
+        goto error;
+    ok = PyObject_RichCompareBool(filter_type, MultiTag, Py_EQ);
+    Py_DECREF(filter_type);
+    if (ok < 0)
+        goto error;
+    if (ok)
+        sys_flag |= MULTI_TAGS_FLAG;
+    /* SendMessageProcessor._send's plain case; a transaction flag makes a record that is not dispatched. */
+    if (sys_flag & TRANSACTION_MASK)
+        goto out;
+    PyObject *raw = v[F_PROPERTIES] != NULL ? v[F_PROPERTIES] : EmptyStr;
+    static PyObject *markers[3];
+    if (markers[0] == NULL) {
+        markers[0] = PyUnicode_InternFromString("DELAY\x01");
+        markers[1] = PyUnicode_InternFromString("TIMER_");
+        markers[2] = PyUnicode_InternFromString("TRAN_MSG\x01");
+        if (markers[0] == NULL || markers[1] == NULL || markers[2] == NULL)
+            goto error;
+    }
+    for (int i = 0; i < 3; i++)
+        if ((ok = PySequence_Contains(raw, markers[i])) != 0)
+            goto checked;
+    PyObject *sp_args[2] = {raw, self->cluster};
+    if ((done = PyObject_Vectorcall(self->send_properties, sp_args, 2, NULL)) == NULL)
+        goto error;
+    if (!PyTuple_CheckExact(done) || PyTuple_GET_SIZE(done) != 3)
+        goto out; /* NotImplemented: text C leaves to Python */
+    PyObject *props = PyTuple_GET_ITEM(done, 0);
+    long long tags;
+    int wait;
+    if (!PyUnicode_CheckExact(props) || !PyLong_CheckExact(PyTuple_GET_ITEM(done, 1)))
+        goto out;
+    if ((tags = PyLong_AsLongLong(PyTuple_GET_ITEM(done, 1))) == -1 && PyErr_Occurred())
+        goto error;
+    if ((wait = PyObject_IsTrue(PyTuple_GET_ITEM(done, 2))) < 0)
+        goto error;
+
+    /* The born host, as BrokerController.born_host caches it on the connection. */
+    if ((attrs = PyObject_GetAttr(channel, S_attributes)) == NULL)
+        goto error;
+    if (!PyDict_CheckExact(attrs) || (born = PyDict_GetItemWithError(attrs, S_born_host)) == NULL) {
+        if (PyErr_Occurred())
+            goto error;
+        if ((born = PyObject_CallMethodOneArg(self->broker, S_born_host, channel)) == NULL)
+            goto error;
+    } else
+        Py_INCREF(born);
+    if (!PyBytes_CheckExact(born))
+        goto out;
+
+    /* CommitLog._check: the topic's cached bytes (Python checks and caches a topic the first time), the lengths. */
+    PyObject *topic_b = PyDict_GetItemWithError(g->topic_bytes, topic);
+    if (topic_b == NULL) {
+        if (PyErr_Occurred())
+            goto error;
+        goto out;
+    }
+    Py_ssize_t props_len, born_len = PyBytes_GET_SIZE(born), store_len = PyBytes_GET_SIZE(g->store_host);
+    const char *props_utf8 = PyUnicode_AsUTF8AndSize(props, &props_len);
+    if (props_utf8 == NULL)
+        goto error;
+    if (!PyBytes_CheckExact(topic_b) || PyBytes_GET_SIZE(topic_b) > MAX_TOPIC_LENGTH ||
+        props_len > MAX_PROPERTIES_LENGTH || PyBytes_GET_SIZE(body) > g->max_message_size ||
+        PyBytes_GET_SIZE(body) > INT32_MAX || (born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20))
+        goto out;
+    sys_flag &= ~HOST_V6_FLAGS;
+    if (born_len == 20)
+        sys_flag |= BORNHOST_V6_FLAG;
+    if (store_len == 20)
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG;
+    Record r = {
+        .magic = MESSAGE_MAGIC_CODE, .queue_id = queue_id, .flag = msg_flag, .sys_flag = sys_flag,
+        .reconsume_times = reconsume, .born_timestamp = born_ts, .prepared_offset = 0, .born_host = PyBytes_AS_STRING(born),
+        .born_len = born_len, .store_host = PyBytes_AS_STRING(g->store_host), .store_len = store_len,
+        .body = PyBytes_AS_STRING(body), .body_len = PyBytes_GET_SIZE(body), .topic = PyBytes_AS_STRING(topic_b),
+        .topic_len = PyBytes_GET_SIZE(topic_b), .props = props_utf8, .props_len = props_len,
+    };
+    long long size = record_length(&r);
+    if (size + END_FILE_MIN_BLANK_LENGTH > self->mapped_file_size)
+        goto out;
+    long long pos, wrote;
+    if ((ok = current_segment(self, size, &f, &mm, &pos, &wrote)) <= 0)
+        goto checked;
+    /* The queue offset and the body's CRC; nothing after this point refuses the message. */
+    PyObject *qid_obj = PyLong_FromLong(queue_id);
+    if (qid_obj == NULL)
+        goto error;
+    key = PyTuple_Pack(2, topic, qid_obj);
+    Py_DECREF(qid_obj);
+    if (key == NULL)
+        goto error;
+    long long queue_offset = 0;
+    PyObject *cur = PyDict_GetItemWithError(g->queue_table, key);
+    if (cur != NULL) {
+        int overflow;
+        if (!PyLong_CheckExact(cur) || (queue_offset = PyLong_AsLongLongAndOverflow(cur, &overflow), overflow))
+            goto out;
+    } else if (PyErr_Occurred())
+        goto error;
+    if ((crc = PyObject_CallOneArg(self->crc32, body)) == NULL)
+        goto error;
+    long long crc_value = PyLong_AsLongLong(crc);
+    if (crc_value == -1 && PyErr_Occurred())
+        goto error;
+    long long phy = wrote, end = wrote + size, store_timestamp = now_ms();
+    r.body_crc = (int32_t)(crc_value & 0x7FFFFFFF);
+    r.queue_offset = queue_offset;
+    r.phy = phy;
+    r.store_timestamp = store_timestamp;
+    put_record((unsigned char *)mm.buf + pos, size, &r);
+    PyBuffer_Release(&mm);
+    mm.obj = NULL;
+
+    /* What CommitLog.put_message leaves behind: the commitlog's end and tail, warm pages ahead, the queue's next
+     * offset; then the dispatch to the consume queue and index, and the broker's counts. */
+    PyObject *a[9];
+    PyObject *phy_obj = NULL, *size_obj = NULL, *tags_obj = NULL, *qoff_obj = NULL, *ts_obj = NULL, *sys_obj = NULL;
+    if ((next = PyLong_FromLongLong(end)) == NULL || (ts_obj = PyLong_FromLongLong(store_timestamp)) == NULL ||
+        PyObject_SetAttr(self->file_queue, S_wrote_where, next) < 0 || (tail = PyTuple_Pack(2, next, ts_obj)) == NULL ||
+        PyObject_SetAttr(self->commit_log, S_tail, tail) < 0)
+        goto dispatch_error;
+    long long warm_at;
+    if ((ok = attr_ll(self->commit_log, S__warm_at, &warm_at)) < 0)
+        goto dispatch_error;
+    if (ok && end > warm_at) {
+        PyObject *warmed = PyObject_CallMethodObjArgs(self->commit_log, S__warm, f, next, NULL);
+        if (warmed == NULL)
+            goto dispatch_error;
+        Py_DECREF(warmed);
+    }
+    if ((qoff_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL ||
+        PyDict_SetItem(g->queue_table, key, qoff_obj) < 0)
+        goto dispatch_error;
+    Py_CLEAR(qoff_obj);
+    PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher);
+    if (dispatcher == NULL || (phy_obj = PyLong_FromLongLong(phy)) == NULL ||
+        (size_obj = PyLong_FromLongLong(size)) == NULL || (tags_obj = PyLong_FromLongLong(tags)) == NULL ||
+        (qoff_obj = PyLong_FromLongLong(queue_offset)) == NULL || (sys_obj = PyLong_FromLong(sys_flag)) == NULL) {
+        Py_XDECREF(dispatcher);
+        goto dispatch_error;
+    }
+    a[0] = topic;
+    a[1] = PyTuple_GET_ITEM(key, 1);
+    a[2] = phy_obj;
+    a[3] = size_obj;
+    a[4] = tags_obj;
+    a[5] = qoff_obj;
+    a[6] = ts_obj;
+    a[7] = sys_obj;
+    a[8] = props;
+    PyObject *dispatched = PyObject_Vectorcall(dispatcher, a, 9, NULL);
+    Py_DECREF(dispatcher);
+    if (dispatched == NULL)
+        goto dispatch_error;
+    Py_DECREF(dispatched);
+    a[1] = PyLong_FromLong(1);
+    if (a[1] == NULL)
+        goto dispatch_error;
+    a[2] = size_obj;
+    counted = PyObject_Vectorcall(self->count_put, a, 3, NULL);
+    Py_DECREF(a[1]);
+    if (counted == NULL)
+        goto dispatch_error;
+
+    /* The answer: msgId is the store host and the physical offset, in hex (create_offset_message_id). */
+    unsigned char id_bytes[28];
+    char msg_id[56];
+    Py_ssize_t id_len = store_len + 8;
+    memcpy(id_bytes, PyBytes_AS_STRING(g->store_host), store_len);
+    put64(id_bytes + store_len, phy);
+    for (Py_ssize_t i = 0; i < id_len; i++) {
+        msg_id[2 * i] = Hex[id_bytes[i] >> 4];
+        msg_id[2 * i + 1] = Hex[id_bytes[i] & 15];
+    }
+    int rocketmq = stype == self->serialize_rocketmq;
+    if ((reply = reply_frame(self, rocketmq, (int32_t)copaque, msg_id, 2 * id_len, queue_id, queue_offset)) == NULL)
+        goto dispatch_error;
+    if (g->waits && wait) {
+        /* SYNC_FLUSH / SYNC_MASTER: send_lane.py answers once the bytes are on disk or on a slave. */
+        PyObject *id_str = PyUnicode_FromStringAndSize(msg_id, 2 * id_len);
+        PyObject *end_obj = id_str ? PyLong_FromLongLong(end) : NULL;
+        if (end_obj == NULL) {
+            Py_XDECREF(id_str);
+            goto dispatch_error;
+        }
+        PyObject *w[7] = {channel, cmd, end_obj, reply, id_str, PyTuple_GET_ITEM(key, 1), qoff_obj};
+        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 7, NULL);
+        Py_DECREF(id_str);
+        Py_DECREF(end_obj);
+        if (waited == NULL)
+            goto dispatch_error;
+        Py_DECREF(waited);
+    } else if (PyList_Append(replies, reply) < 0)
+        goto dispatch_error;
+    self->taken++;
+    result = 1;
+dispatch_error:
+    Py_XDECREF(phy_obj);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(tags_obj);
+    Py_XDECREF(qoff_obj);
+    Py_XDECREF(ts_obj);
+    Py_XDECREF(sys_obj);
+    if (result == 1)
+        goto out;
+error:
+    result = -1;
+    goto out;
+checked:
+    result = ok < 0 ? -1 : 0;
+out:
+    if (mm.obj != NULL)
+        PyBuffer_Release(&mm);
+    Py_XDECREF(ext);
+    Py_XDECREF(body);
+    Py_XDECREF(stype);
+    Py_XDECREF(done);
+    Py_XDECREF(key);
+    Py_XDECREF(f);
+    Py_XDECREF(born);
+    Py_XDECREF(attrs);
+    Py_XDECREF(tail);
+    Py_XDECREF(next);
+    Py_XDECREF(crc);
+    Py_XDECREF(counted);
+    Py_XDECREF(reply);
+    Py_XDECREF(tc);
+    return result;
+}
+
+/* take(channel, commands, start, replies) -> int: serve commands[start:] in order while each is a plain send the
+ * lane takes (its reply appended to `replies`, or waiting in send_lane.py); the index of the first one it does not
+ * take (len(commands) when it took them all). */
+static PyObject *
+lane_take(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "take(channel, commands: list, start: int, replies: list)");
+        return NULL;
+    }
+    PyObject *channel = args[0], *commands = args[1], *replies = args[3];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]);
+    if (i == -1 && PyErr_Occurred())
+        return NULL;
+    if (i < 0)
+        i = 0;
+    Py_ssize_t n = PyList_GET_SIZE(commands);
+    if (i >= n)
+        return PyLong_FromSsize_t(n);
+    Gates g = {0};
+    int ok = read_gates(self, &g);
+    while (ok > 0 && i < PyList_GET_SIZE(commands)) {
+        PyObject *cmd = Py_NewRef(PyList_GET_ITEM(commands, i));
+        ok = take_one(self, &g, channel, cmd, replies);
+        Py_DECREF(cmd);
+        if (ok > 0)
+            i++;
+    }
+    release_gates(&g);
+    if (ok < 0)
+        return NULL;
+    return PyLong_FromSsize_t(i);
+}
+
+static PyObject *
+lane_get_taken(Lane *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->taken);
+}
+
+static PyMethodDef lane_methods[] = {
+    {"take", (PyCFunction)(void (*)(void))lane_take, METH_FASTCALL,
+     "take(channel, commands, start, replies) -> index of the first command not taken."},
+    {NULL},
+};
+
+static PyGetSetDef lane_getset[] = {
+    {"taken", (getter)lane_get_taken, NULL, "Sends the lane has taken.", NULL},
+    {NULL},
+};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gateway.broker._send_lane.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The send lane (see send_lane.py); built with keyword arguments only.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)lane_init,
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_methods = lane_methods,
+    .tp_getset = lane_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_send_lane", "The broker's C send lane.", -1, NULL};
+
+PyMODINIT_FUNC
+PyInit__send_lane(void)
+{
+#define INTERN(n)                                                                                                    \
+    if ((S_##n = PyUnicode_InternFromString(#n)) == NULL)                                                           \
+        return NULL;
+    NAMES(INTERN)
+    if ((MultiTag = PyUnicode_InternFromString("MULTI_TAG")) == NULL ||
+        (EmptyStr = PyUnicode_InternFromString("")) == NULL)
+        return NULL;
+    for (int i = 0; i < N_FIELDS; i++)
+        if ((KeysV2[i] = PyUnicode_InternFromString(V2Keys[i])) == NULL ||
+            (KeysV1[i] = PyUnicode_InternFromString(V1Keys[i])) == NULL)
+            return NULL;
+    if (PyType_Ready(&LaneType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

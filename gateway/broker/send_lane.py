@@ -1,0 +1,130 @@
+"""The send lane: the common send answered in C (``_send_lane.c``), the Python processor for everything else.
+
+A SEND_MESSAGE or SEND_MESSAGE_V2 of a plain message (no transaction, delay, timer, retry topic or batch, not oneway)
+to a topic the broker has is validated, appended to the commitlog, dispatched to its consume queue and index, counted
+and answered by one C call for all such requests of a read, with the bytes :class:`SendMessageProcessor` would send.
+The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
+requests are served in the order they came. The lane is off (None) where the extension was not built, with
+``ROCKETMQ_GATEWAY_PURE_PYTHON=1``, on a DLedger commitlog, and while request hooks (ACL) or the RPC latency
+histograms are on: those are Python's.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import TYPE_CHECKING
+
+from gateway.native import load_extension
+from gateway.remoting.codec import encode_json_header
+from gateway.remoting.codes import RPC_TYPE_RESPONSE, SERVER_VERSION, ResponseCode, SerializeType
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import KNOWN_GROUPS, KNOWN_TOPICS
+from gateway.remoting.message import _c_send_properties
+from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
+from gateway.store.api import PutMessageStatus
+
+from .processors.send import status_code
+
+if TYPE_CHECKING:
+    from gateway.remoting.protocol import RemotingProtocol
+
+    from .controller import BrokerController
+    from .processors.send import SendMessageProcessor
+
+_c_lane = load_extension("gateway.broker._send_lane")
+
+# Where the JSON answer's values go: placeholders a JSON encoder writes unchanged, cut out of a real answer.
+_MSG_ID, _QUEUE_ID, _QUEUE_OFFSET, _OPAQUE = "\x01", "\x02", "\x03", 2147483633
+
+
+def json_pieces(region_ext: dict[str, str]) -> tuple[bytes, ...]:
+    """The JSON header of a send's SUCCESS answer as the codec encodes it, cut where msgId, queueId, queueOffset and
+    opaque go (the lane writes them between the pieces)."""
+    ext = dict(region_ext, msgId=_MSG_ID, queueId=_QUEUE_ID, queueOffset=_QUEUE_OFFSET)
+    answer = RemotingCommand(
+        ResponseCode.SUCCESS, _OPAQUE, RPC_TYPE_RESPONSE, "JAVA", SERVER_VERSION, None, ext, b"", SerializeType.JSON
+    )
+    header = encode_json_header(answer)
+    pieces = []
+    for mark in (b"\\u0001", b"\\u0002", b"\\u0003", str(_OPAQUE).encode()):
+        before, found, header = header.partition(mark)
+        if not found or mark in header:
+            raise ValueError(f"cannot cut the send answer's JSON at {mark!r}")
+        pieces.append(before)
+    return (*pieces, header)
+
+
+class SendLane:
+    """The C lane and what it hands back to Python: the sends that wait for a flush or a slave."""
+
+    def __init__(self, broker: BrokerController, processor: SendMessageProcessor) -> None:
+        assert _c_lane is not None
+        self._broker = broker
+        self._processor = processor
+        store = broker.store
+        commit_log = store.commit_log
+        region_ext = processor.region_ext()
+        self.lane = _c_lane.Lane(
+            config=broker.config,
+            broker=broker,
+            dispatcher=broker.dispatcher,
+            store=store,
+            commit_log=commit_log,
+            file_queue=commit_log.queue,
+            topics=broker.topics,
+            store_config=broker.store_config,
+            count_put=broker.message_counts.put,
+            send_properties=_c_send_properties,
+            crc32=zlib.crc32,
+            known_topics=KNOWN_TOPICS,
+            known_groups=KNOWN_GROUPS,
+            not_allowed=NOT_ALLOWED_SEND_TOPICS,
+            retry_prefix=RETRY_GROUP_TOPIC_PREFIX,
+            cluster=broker.config.brokerClusterName,
+            wait_stored=self.wait_stored,
+            serialize_rocketmq=SerializeType.ROCKETMQ,
+            region=region_ext["MSG_REGION"].encode(),
+            trace_on=region_ext["TRACE_ON"].encode(),
+            json_pieces=json_pieces(region_ext),
+            mapped_file_size=commit_log.queue.mapped_file_size,
+            version=SERVER_VERSION,
+        )
+
+    @property
+    def taken(self) -> int:
+        """Sends the lane has answered (or handed to :meth:`wait_stored`)."""
+        return self.lane.taken
+
+    def wait_stored(
+        self,
+        channel: RemotingProtocol,
+        request: RemotingCommand,
+        end: int,
+        reply: bytes,
+        msg_id: str,
+        queue_id: int,
+        queue_offset: int,
+    ) -> None:
+        """A stored send that waits to be on disk (SYNC_FLUSH) or on a slave (SYNC_MASTER): ``reply`` once there,
+        else the processor's answer for the wait's status (the message is stored either way)."""
+
+        def answer(status: PutMessageStatus) -> None:
+            if status is PutMessageStatus.PUT_OK:
+                channel.write_frame(reply)
+                return
+            ext = self._processor.region_ext()
+            ext.update(msgId=msg_id, queueId=str(queue_id), queueOffset=str(queue_offset))
+            response = request.response(status_code(status)[0], None, ext)
+            response.flag |= RPC_TYPE_RESPONSE
+            channel.send_command(response)
+
+        status = self._broker.put_waiter(end, answer)
+        if status is not None:
+            answer(status)
+
+
+def send_lane(broker: BrokerController, processor: SendMessageProcessor) -> SendLane | None:
+    """The broker's send lane, or None where sends are all Python's (see the module's docstring)."""
+    if _c_lane is None or _c_send_properties is None or broker.dledger is not None:
+        return None
+    return SendLane(broker, processor)

@@ -1,0 +1,184 @@
+"""The C send lane against the Python send processor: the same requests, sent over real sockets to a broker with
+the lane and to one without, get the same answer bytes and leave the same records, consume queues and index."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+import pytest_twisted
+from twisted.internet import threads
+
+from compat_tests.servers import create_topic_request
+from gateway.broker import send_lane
+from gateway.remoting.codec import FrameDecoder, encode_parts
+from gateway.remoting.codes import RequestCode, ResponseCode, SerializeType
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import SendMessageRequestHeader
+from gateway.remoting.message import decode_records, encode_batch, properties_to_string
+
+from .conftest import BrokerUnderTest
+
+pytestmark = pytest.mark.skipif(send_lane._c_lane is None, reason="the C send lane is not built or refused")
+
+BORN = 1764300000000
+
+
+def header(
+    topic: str, props: dict[str, str] | None, queue_id: int = 0, batch: bool = False
+) -> SendMessageRequestHeader:
+    return SendMessageRequestHeader(
+        producer_group="lane_pg",
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=BORN + queue_id,
+        flag=7,
+        properties=properties_to_string(props) if props is not None else None,
+        reconsume_times=0,
+        batch=batch,
+    )
+
+
+def v2(topic, props, body=b"hello", queue_id=0, stype=SerializeType.JSON, batch=False) -> RemotingCommand:
+    ext = header(topic, props, queue_id, batch).encode_v2()
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, ext, body, language="JAVA", serialize_type=stype)
+
+
+def v1(topic, props, body=b"hello", queue_id=0, stype=SerializeType.JSON) -> RemotingCommand:
+    ext = header(topic, props, queue_id).encode()
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body, language="CPP", serialize_type=stype)
+
+
+def plain(key: str, **more: str) -> dict[str, str]:
+    return {"UNIQ_KEY": f"U{key}", "KEYS": f"k{key} other", "TAGS": "TagA", "WAIT": "true", **more}
+
+
+# (request, whether the lane takes it)
+REQUESTS = [
+    # The first send of a group and topic: Python checks the names (and remembers them), caches the topic's bytes.
+    (v2("Lane", plain("1")), False),
+    (v2("Lane", plain("2"), queue_id=1, stype=SerializeType.ROCKETMQ), True),
+    (v1("Lane", plain("3"), queue_id=2), True),
+    (v1("Lane", plain("4"), queue_id=3, stype=SerializeType.ROCKETMQ), True),
+    (v2("Lane", plain("5", KEYS="ключ 鍵")), False),  # properties not ASCII: Python's
+    (v2("Lane", None, body=b""), True),
+    (v2("Lane", plain("6", WAIT="false"), body=bytes(range(256)) * 256), True),
+    (v2("Lane", plain("7", DELAY="3")), False),
+    (v2("Lane", plain("8", TRAN_MSG="true", PGROUP="lane_pg")), False),
+    (v2("Fresh", plain("9")), False),
+    (v2("Lane", plain("10"), queue_id=9), False),
+    (v2("%RETRY%lane_pg", plain("11")), False),
+    (
+        v2("Lane", {"WAIT": "true"}, body=encode_batch([(0, b"b1", properties_to_string(plain("12")))]), batch=True),
+        False,
+    ),
+    (v2("Lane", plain("13"), body=b"x" * (4 * 1024 * 1024 + 1)), False),
+    (v2("Lane", plain("14"), queue_id=1), True),
+]
+
+
+def exchange(port: int, frames: list[bytes]) -> list[bytes]:
+    """Send each frame on one connection and read its answer, one at a time (a blocking socket, off the reactor)."""
+    answers = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        for frame in frames:
+            s.sendall(frame)
+            (length,) = struct.unpack(">I", _read(s, 4))
+            answers.append(_read(s, length))
+    return answers
+
+
+def _read(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+def records(broker: BrokerUnderTest) -> list[dict]:
+    store = broker.controller.store
+    end = store.commit_log.max_offset
+    found = []
+    for m in decode_records(bytes(store.commit_log.get_message(0, end))):
+        fields = dict(vars(m)) if hasattr(m, "__dict__") else {f: getattr(m, f) for f in m.__slots__}
+        for varying in ("store_timestamp", "born_host", "store_host", "msg_id"):  # the clock; the ports
+            fields.pop(varying, None)
+        found.append(fields)
+    return found
+
+
+def consume_queue(broker: BrokerUnderTest, topic: str, queue_id: int) -> list[tuple[int, int, int]]:
+    cq = broker.controller.store.consume_queue_table.get((topic, queue_id))
+    if cq is None:
+        return []
+    return [cq.get_unit(i) for i in range(cq.min_offset_in_queue, cq.max_offset_in_queue)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_lane_answers_and_stores_what_the_processor_does(tmp_path: Path, remoting) -> None:
+    brokers = [BrokerUnderTest(tmp_path / name, remoting) for name in ("lane", "python")]
+    for b in brokers:
+        b.start()
+    try:
+        with_lane, without = brokers
+        assert with_lane.controller.factory.lane is not None
+        without.controller.factory.lane = None  # its connections from now on: the processor only
+        for b in brokers:
+            assert (await b.call(create_topic_request("Lane", 4))).code == ResponseCode.SUCCESS
+        frames = []
+        for opaque, (request, _) in enumerate(REQUESTS, 1000):
+            request.opaque = opaque
+            frames.append(b"".join(encode_parts(request)))
+        answers = []
+        for b in brokers:
+            port = b.controller.config.listenPort
+            answers.append(await threads.deferToThread(exchange, port, frames))
+        taken = with_lane.controller.factory.lane.taken
+        assert taken == sum(1 for _, lane in REQUESTS if lane)
+        # msgId names the broker's own address: each broker's, made alike.
+        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
+        for (request, _), a, b in zip(REQUESTS, *answers, strict=True):
+            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
+            assert a == b, f"request {request.opaque}: {a!r} != {b!r}"
+        assert records(with_lane) == records(without)
+        for queue_id in range(4):
+            assert consume_queue(with_lane, "Lane", queue_id) == consume_queue(without, "Lane", queue_id)
+        tables = [{k: v for k, v in b.controller.store.commit_log.topic_queue_table.items()} for b in brokers]
+        assert tables[0] == tables[1] and tables[0][("Lane", 0)] == 5 and tables[0][("Lane", 1)] == 2
+        for key in ("k1", "ключ", "鍵", "U6"):
+            found = [len(b.controller.store.query_message("Lane", key, 10, 0, 2**62).buffers) for b in brokers]
+            assert found[0] == found[1] == 1, key
+    finally:
+        for b in brokers:
+            await b.stop()
+
+
+@pytest_twisted.ensureDeferred
+async def test_lane_answers_sync_flush_sends_once_on_disk(tmp_path: Path, remoting) -> None:
+    broker = BrokerUnderTest(tmp_path, remoting, flushDiskType="SYNC_FLUSH")
+    controller = broker.start()
+    try:
+        assert (await broker.call(create_topic_request("Lane", 4))).code == ResponseCode.SUCCESS
+        frames = []
+        for i, stype in enumerate([SerializeType.JSON, SerializeType.JSON, SerializeType.ROCKETMQ]):
+            request = v2("Lane", plain(str(i)), queue_id=i, stype=stype)
+            request.opaque = i + 1
+            frames.append(b"".join(encode_parts(request)))
+        answers = await threads.deferToThread(exchange, controller.config.listenPort, frames)
+        assert controller.factory.lane.taken == 2  # the first send of the group is Python's
+        assert all(_code(a) == ResponseCode.SUCCESS for a in answers)
+        assert controller.store.commit_log.flushed_where == controller.store.commit_log.max_offset
+    finally:
+        await broker.stop()
+
+
+def _code(answer: bytes) -> int:
+    (cmd,) = FrameDecoder().feed(struct.pack(">I", len(answer)) + answer)
+    return cmd.code
