@@ -24,6 +24,7 @@
 NAMES(DECLARE)
 static PyObject *MultiTag; /* "MULTI_TAG" */
 static PyObject *EmptyStr;
+static PyObject *Markers[3]; /* what makes a send not plain: a delay, a timer, a transaction */
 
 #define REQUEST_SEND_MESSAGE 10
 #define REQUEST_SEND_MESSAGE_V2 310
@@ -381,9 +382,29 @@ now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One request: 1 taken (its reply appended to `replies` or handed to wait_stored), 0 left to Python, -1 error. */
+/* A send request's fields, from a decoded command or (later) straight from its frame. Strings are new references
+ * (properties may be NULL: absent); the body stays owned by the caller. */
+typedef struct {
+    PyObject *group, *topic, *default_topic, *properties;
+    const char *body;
+    Py_ssize_t body_len;
+    int32_t queue_id, sys_flag, msg_flag, reconsume, opaque;
+    long long born_ts;
+    int rocketmq;
+} Send;
+
+static void
+send_clear(Send *s)
+{
+    Py_CLEAR(s->group);
+    Py_CLEAR(s->topic);
+    Py_CLEAR(s->default_topic);
+    Py_CLEAR(s->properties);
+}
+
+/* A decoded command as a Send: 1, or 0 when it is not a plain send with every field plain, -1 with an exception. */
 static int
-take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *replies)
+from_command(Lane *self, PyObject *cmd, Send *s)
 {
     long long code, cflag, copaque;
     int ok;
@@ -395,49 +416,73 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
         return ok;
     if (cflag & (RPC_TYPE_RESPONSE | RPC_ONEWAY) || copaque < INT32_MIN || copaque > INT32_MAX)
         return 0;
-
-    int result = 0;
-    PyObject *ext = NULL, *body = NULL, *stype = NULL, *done = NULL, *key = NULL, *f = NULL, *born = NULL;
-    PyObject *attrs = NULL, *tail = NULL, *next = NULL, *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL;
-    Py_buffer mm = {0};
+    int result = -1;
+    PyObject *ext = NULL, *body = NULL, *stype = NULL;
     if ((ext = PyObject_GetAttr(cmd, S_ext_fields)) == NULL || (body = PyObject_GetAttr(cmd, S_body)) == NULL ||
         (stype = PyObject_GetAttr(cmd, S_serialize_type)) == NULL)
-        goto error;
+        goto out;
+    result = 0;
     if (!PyDict_CheckExact(ext) || !PyBytes_CheckExact(body))
         goto out;
     PyObject **keys = code == REQUEST_SEND_MESSAGE_V2 ? KeysV2 : KeysV1;
     PyObject *v[N_FIELDS];
     for (int i = 0; i < N_FIELDS; i++) {
         v[i] = PyDict_GetItemWithError(ext, keys[i]);
-        if (v[i] == NULL && PyErr_Occurred())
-            goto error;
+        if (v[i] == NULL && PyErr_Occurred()) {
+            result = -1;
+            goto out;
+        }
         if (v[i] != NULL && !PyUnicode_CheckExact(v[i]))
             goto out;
     }
-    /* Names Python has checked before (it remembers the legal ones), the numbers plain, not a batch. */
-    if (v[F_GROUP] == NULL || v[F_TOPIC] == NULL || v[F_DEFAULT_TOPIC] == NULL)
-        goto out;
-    if ((ok = PySet_Contains(self->known_groups, v[F_GROUP])) <= 0 ||
-        (ok = PySet_Contains(self->known_topics, v[F_TOPIC])) <= 0 ||
-        (ok = PySet_Contains(self->known_topics, v[F_DEFAULT_TOPIC])) <= 0)
-        goto checked;
-    int32_t default_queues, queue_id, sys_flag, msg_flag, reconsume = 0, unused;
+    int32_t unused;
     long long born_ts;
-    if (!plain_int32(v[F_DEFAULT_QUEUES], &default_queues) || !plain_int32(v[F_QUEUE_ID], &queue_id) ||
-        !plain_int32(v[F_SYS_FLAG], &sys_flag) || !plain_decimal(v[F_BORN_TS], &born_ts) ||
-        !plain_int32(v[F_FLAG], &msg_flag) || (v[F_RECONSUME] != NULL && !plain_int32(v[F_RECONSUME], &reconsume)) ||
+    if (v[F_GROUP] == NULL || v[F_TOPIC] == NULL || v[F_DEFAULT_TOPIC] == NULL ||
+        !plain_int32(v[F_DEFAULT_QUEUES], &unused) || !plain_int32(v[F_QUEUE_ID], &s->queue_id) ||
+        !plain_int32(v[F_SYS_FLAG], &s->sys_flag) || !plain_decimal(v[F_BORN_TS], &born_ts) ||
+        !plain_int32(v[F_FLAG], &s->msg_flag) ||
+        (v[F_RECONSUME] != NULL && !plain_int32(v[F_RECONSUME], &s->reconsume)) ||
         (v[F_MAX_RECONSUME] != NULL && !plain_int32(v[F_MAX_RECONSUME], &unused)))
         goto out;
     if (v[F_BATCH] != NULL && PyUnicode_CompareWithASCIIString(v[F_BATCH], "false") != 0)
         goto out;
+    s->born_ts = born_ts;
+    s->opaque = (int32_t)copaque;
+    s->rocketmq = stype == self->serialize_rocketmq;
+    s->body = PyBytes_AS_STRING(body); /* the command holds the body */
+    s->body_len = PyBytes_GET_SIZE(body);
+    s->group = Py_NewRef(v[F_GROUP]);
+    s->topic = Py_NewRef(v[F_TOPIC]);
+    s->default_topic = Py_NewRef(v[F_DEFAULT_TOPIC]);
+    s->properties = Py_XNewRef(v[F_PROPERTIES]);
+    result = 1;
+out:
+    Py_XDECREF(ext);
+    Py_XDECREF(body);
+    Py_XDECREF(stype);
+    return result;
+}
+
+/* One send: 1 taken (its reply appended to `replies` or handed to wait_stored), 0 left to Python, -1 error. */
+static int
+serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
+{
+    int ok, result = 0;
+    int32_t queue_id = s->queue_id, sys_flag = s->sys_flag;
+    PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL, *tail = NULL, *next = NULL;
+    PyObject *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
+    Py_buffer mm = {0};
+    /* Names Python has checked before (it remembers the legal ones). */
+    if ((ok = PySet_Contains(self->known_groups, s->group)) <= 0 ||
+        (ok = PySet_Contains(self->known_topics, s->topic)) <= 0 ||
+        (ok = PySet_Contains(self->known_topics, s->default_topic)) <= 0)
+        goto checked;
     /* msg_check: a send to this topic is allowed, the topic exists and takes writes, the queue is one of its. */
-    PyObject *topic = v[F_TOPIC];
+    PyObject *topic = s->topic;
     if ((ok = PySet_Contains(self->not_allowed, topic)) != 0)
         goto checked;
     if ((ok = (int)PyUnicode_Tailmatch(topic, self->retry_prefix, 0, PY_SSIZE_T_MAX, -1)) != 0)
         goto checked;
-    if (ok < 0)
-        goto error;
     if ((tc = PyDict_GetItemWithError(g->topic_table, topic)) == NULL) {
         if (PyErr_Occurred())
             goto error;
@@ -448,7 +493,7 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
     if ((ok = attr_ll(tc, S_perm, &perm)) <= 0 || (ok = attr_ll(tc, S_write_queue_nums, &wq)) <= 0 ||
         (ok = attr_ll(tc, S_read_queue_nums, &rq)) <= 0)
         goto checked;
-    if (!(perm & PERM_WRITE) || queue_id >= (wq > rq ? wq : rq))
+    if (!(perm & PERM_WRITE) || queue_id < 0 || queue_id >= (wq > rq ? wq : rq))
         goto out;
     PyObject *filter_type = PyObject_GetAttr(tc, S_topic_filter_type);
     if (filter_type == NULL)
@@ -462,17 +507,9 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
     /* SendMessageProcessor._send's plain case; a transaction flag makes a record that is not dispatched. */
     if (sys_flag & TRANSACTION_MASK)
         goto out;
-    PyObject *raw = v[F_PROPERTIES] != NULL ? v[F_PROPERTIES] : EmptyStr;
-    static PyObject *markers[3];
-    if (markers[0] == NULL) {
-        markers[0] = PyUnicode_InternFromString("DELAY\x01");
-        markers[1] = PyUnicode_InternFromString("TIMER_");
-        markers[2] = PyUnicode_InternFromString("TRAN_MSG\x01");
-        if (markers[0] == NULL || markers[1] == NULL || markers[2] == NULL)
-            goto error;
-    }
+    PyObject *raw = s->properties != NULL ? s->properties : EmptyStr;
     for (int i = 0; i < 3; i++)
-        if ((ok = PySequence_Contains(raw, markers[i])) != 0)
+        if ((ok = PySequence_Contains(raw, Markers[i])) != 0)
             goto checked;
     PyObject *sp_args[2] = {raw, self->cluster};
     if ((done = PyObject_Vectorcall(self->send_properties, sp_args, 2, NULL)) == NULL)
@@ -514,8 +551,8 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
     if (props_utf8 == NULL)
         goto error;
     if (!PyBytes_CheckExact(topic_b) || PyBytes_GET_SIZE(topic_b) > MAX_TOPIC_LENGTH ||
-        props_len > MAX_PROPERTIES_LENGTH || PyBytes_GET_SIZE(body) > g->max_message_size ||
-        PyBytes_GET_SIZE(body) > INT32_MAX || (born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20))
+        props_len > MAX_PROPERTIES_LENGTH || s->body_len > g->max_message_size ||
+        s->body_len > INT32_MAX || (born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20))
         goto out;
     sys_flag &= ~HOST_V6_FLAGS;
     if (born_len == 20)
@@ -523,10 +560,10 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
     if (store_len == 20)
         sys_flag |= STOREHOSTADDRESS_V6_FLAG;
     Record r = {
-        .magic = MESSAGE_MAGIC_CODE, .queue_id = queue_id, .flag = msg_flag, .sys_flag = sys_flag,
-        .reconsume_times = reconsume, .born_timestamp = born_ts, .prepared_offset = 0, .born_host = PyBytes_AS_STRING(born),
+        .magic = MESSAGE_MAGIC_CODE, .queue_id = queue_id, .flag = s->msg_flag, .sys_flag = sys_flag,
+        .reconsume_times = s->reconsume, .born_timestamp = s->born_ts, .prepared_offset = 0, .born_host = PyBytes_AS_STRING(born),
         .born_len = born_len, .store_host = PyBytes_AS_STRING(g->store_host), .store_len = store_len,
-        .body = PyBytes_AS_STRING(body), .body_len = PyBytes_GET_SIZE(body), .topic = PyBytes_AS_STRING(topic_b),
+        .body = s->body, .body_len = s->body_len, .topic = PyBytes_AS_STRING(topic_b),
         .topic_len = PyBytes_GET_SIZE(topic_b), .props = props_utf8, .props_len = props_len,
     };
     long long size = record_length(&r);
@@ -551,7 +588,8 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
             goto out;
     } else if (PyErr_Occurred())
         goto error;
-    if ((crc = PyObject_CallOneArg(self->crc32, body)) == NULL)
+    if ((body_view = PyMemoryView_FromMemory((char *)s->body, s->body_len, PyBUF_READ)) == NULL ||
+        (crc = PyObject_CallOneArg(self->crc32, body_view)) == NULL)
         goto error;
     long long crc_value = PyLong_AsLongLong(crc);
     if (crc_value == -1 && PyErr_Occurred())
@@ -626,8 +664,7 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
         msg_id[2 * i] = Hex[id_bytes[i] >> 4];
         msg_id[2 * i + 1] = Hex[id_bytes[i] & 15];
     }
-    int rocketmq = stype == self->serialize_rocketmq;
-    if ((reply = reply_frame(self, rocketmq, (int32_t)copaque, msg_id, 2 * id_len, queue_id, queue_offset)) == NULL)
+    if ((reply = reply_frame(self, s->rocketmq, s->opaque, msg_id, 2 * id_len, queue_id, queue_offset)) == NULL)
         goto dispatch_error;
     if (g->waits && wait) {
         /* SYNC_FLUSH / SYNC_MASTER: send_lane.py answers once the bytes are on disk or on a slave. */
@@ -637,8 +674,16 @@ take_one(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, PyObject *repli
             Py_XDECREF(id_str);
             goto dispatch_error;
         }
-        PyObject *w[7] = {channel, cmd, end_obj, reply, id_str, PyTuple_GET_ITEM(key, 1), qoff_obj};
-        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 7, NULL);
+        PyObject *opaque = PyLong_FromLong(s->opaque);
+        if (opaque == NULL) {
+            Py_DECREF(id_str);
+            Py_DECREF(end_obj);
+            goto dispatch_error;
+        }
+        PyObject *w[8] = {channel, opaque, s->rocketmq ? Py_True : Py_False, end_obj, reply, id_str,
+                          PyTuple_GET_ITEM(key, 1), qoff_obj};
+        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 8, NULL);
+        Py_DECREF(opaque);
         Py_DECREF(id_str);
         Py_DECREF(end_obj);
         if (waited == NULL)
@@ -665,9 +710,7 @@ checked:
 out:
     if (mm.obj != NULL)
         PyBuffer_Release(&mm);
-    Py_XDECREF(ext);
-    Py_XDECREF(body);
-    Py_XDECREF(stype);
+    Py_XDECREF(body_view);
     Py_XDECREF(done);
     Py_XDECREF(key);
     Py_XDECREF(f);
@@ -705,7 +748,11 @@ lane_take(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     int ok = read_gates(self, &g);
     while (ok > 0 && i < PyList_GET_SIZE(commands)) {
         PyObject *cmd = Py_NewRef(PyList_GET_ITEM(commands, i));
-        ok = take_one(self, &g, channel, cmd, replies);
+        Send send = {0};
+        ok = from_command(self, cmd, &send);
+        if (ok > 0)
+            ok = serve(self, &g, channel, &send, replies);
+        send_clear(&send);
         Py_DECREF(cmd);
         if (ok > 0)
             i++;
@@ -755,7 +802,10 @@ PyInit__send_lane(void)
         return NULL;
     NAMES(INTERN)
     if ((MultiTag = PyUnicode_InternFromString("MULTI_TAG")) == NULL ||
-        (EmptyStr = PyUnicode_InternFromString("")) == NULL)
+        (EmptyStr = PyUnicode_InternFromString("")) == NULL ||
+        (Markers[0] = PyUnicode_InternFromString("DELAY\x01")) == NULL ||
+        (Markers[1] = PyUnicode_InternFromString("TIMER_")) == NULL ||
+        (Markers[2] = PyUnicode_InternFromString("TRAN_MSG\x01")) == NULL)
         return NULL;
     for (int i = 0; i < N_FIELDS; i++)
         if ((KeysV2[i] = PyUnicode_InternFromString(V2Keys[i])) == NULL ||

@@ -98,7 +98,8 @@ class SendLane:
     def wait_stored(
         self,
         channel: RemotingProtocol,
-        request: RemotingCommand,
+        opaque: int,
+        rocketmq: bool,
         end: int,
         reply: bytes,
         msg_id: str,
@@ -114,9 +115,11 @@ class SendLane:
                 return
             ext = self._processor.region_ext()
             ext.update(msgId=msg_id, queueId=str(queue_id), queueOffset=str(queue_offset))
-            response = request.response(status_code(status)[0], None, ext)
-            response.flag |= RPC_TYPE_RESPONSE
-            channel.send_command(response)
+            stype = SerializeType.ROCKETMQ if rocketmq else SerializeType.JSON
+            code = status_code(status)[0]
+            channel.send_command(
+                RemotingCommand(code, opaque, RPC_TYPE_RESPONSE, "JAVA", SERVER_VERSION, None, ext, b"", stype)
+            )
 
         status = self._broker.put_waiter(end, answer)
         if status is not None:

@@ -121,9 +121,14 @@ def consume_queue(broker: BrokerUnderTest, topic: str, queue_id: int) -> list[tu
     return [cq.get_unit(i) for i in range(cq.min_offset_in_queue, cq.max_offset_in_queue)]
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"flushDiskType": "SYNC_FLUSH"}, {"brokerRole": "SYNC_MASTER"}],  # the last: no slave, SLAVE_NOT_AVAILABLE
+    ids=["async", "sync-flush", "sync-master"],
+)
 @pytest_twisted.ensureDeferred
-async def test_lane_answers_and_stores_what_the_processor_does(tmp_path: Path, remoting) -> None:
-    brokers = [BrokerUnderTest(tmp_path / name, remoting) for name in ("lane", "python")]
+async def test_lane_answers_and_stores_what_the_processor_does(tmp_path: Path, remoting, settings) -> None:
+    brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
     for b in brokers:
         b.start()
     try:
