@@ -8,6 +8,7 @@
  * handled twice.
  */
 #include "../_native.h"
+#include "send_frame.h"
 
 /* Set once by setup(): the classes and tables codec.py owns. */
 static PyObject *Command;            /* RemotingCommand */
@@ -801,6 +802,51 @@ codec_send_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NiO)", stored, (int32_t)tags, wait ? Py_True : Py_False);
 }
 
+/* A string span as a str (its escapes resolved), or None when absent; NULL with an exception set. */
+static PyObject *
+span_str(const Span *s)
+{
+    if (s->p == NULL)
+        Py_RETURN_NONE;
+    if (!s->escaped)
+        return PyUnicode_DecodeUTF8((const char *)s->p, s->n, "strict");
+    unsigned char *buf = PyMem_Malloc(s->n ? s->n : 1);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)buf, sf_unescape(s, buf), "strict");
+    PyMem_Free(buf);
+    return str;
+}
+
+/* parse_send_frame(frame) -> dict of send_frame.h's SendFrame (strings decoded, optional ints None when absent),
+ * or None where parse_send_frame declines: for the tests only, which hold it to the Python decoders. */
+static PyObject *
+codec_parse_send_frame(PyObject *self, PyObject *arg)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    SendFrame f;
+    PyObject *d = NULL;
+    if (!parse_send_frame(view.buf, view.len, &f)) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    d = Py_BuildValue(
+        "{si si si si si si sN sN sN sN sN sL si si si si sN sN sO sO sy#}", "code", f.code, "version", f.version,
+        "opaque", f.opaque, "flag", f.flag, "language", f.language, "serialize", f.serialize, "producer_group",
+        span_str(&f.producer_group), "topic", span_str(&f.topic), "default_topic", span_str(&f.default_topic),
+        "properties", span_str(&f.properties), "bname", span_str(&f.bname), "born_timestamp", f.born_timestamp,
+        "default_topic_queue_nums", f.default_topic_queue_nums, "queue_id", f.queue_id, "sys_flag", f.sys_flag,
+        "msg_flag", f.msg_flag, "reconsume_times",
+        f.has_reconsume_times ? PyLong_FromLong(f.reconsume_times) : Py_NewRef(Py_None), "max_reconsume_times",
+        f.has_max_reconsume_times ? PyLong_FromLong(f.max_reconsume_times) : Py_NewRef(Py_None), "unit_mode",
+        f.unit_mode ? Py_True : Py_False, "batch", f.batch ? Py_True : Py_False, "body", (const char *)f.body,
+        f.body_len);
+    PyBuffer_Release(&view);
+    return d;
+}
+
 static PyMethodDef methods[] = {
     {"setup", (PyCFunction)(void (*)(void))codec_setup, METH_VARARGS | METH_KEYWORDS,
      "setup(...): the classes and tables of gateway.remoting.codec this module builds and raises."},
@@ -817,6 +863,8 @@ static PyMethodDef methods[] = {
      "decode_fields(ext, spec) -> tuple of a header's field values, or NotImplemented."},
     {"send_properties", (PyCFunction)(void (*)(void))codec_send_properties, METH_FASTCALL,
      "send_properties(properties, cluster) -> (stored properties, tags code, wait), or NotImplemented."},
+    {"parse_send_frame", codec_parse_send_frame, METH_O,
+     "parse_send_frame(frame) -> dict of a SEND_MESSAGE(_V2) frame's fields, or None: send_frame.h, for tests."},
     {NULL, NULL, 0, NULL},
 };
 
