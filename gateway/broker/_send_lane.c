@@ -9,6 +9,7 @@
  * request it does not take so that requests are served in order. send_lane.py builds the lane and serves SYNC_FLUSH
  * waits. The GIL is held throughout: the lane reads and updates the same Python objects the processor does.
  */
+#include "../remoting/send_frame.h"
 #include "../store/record.h"
 
 #include <time.h>
@@ -57,8 +58,8 @@ typedef struct {
         *serialize_rocketmq, *region, *trace_on, *json_pieces;
     long long mapped_file_size;
     int version;
-    /* Requests taken, for tests and the benchmarks. */
-    unsigned long long taken;
+    /* Requests taken, and of them those read in place, for tests and the benchmarks. */
+    unsigned long long taken, in_place;
 } Lane;
 
 static void
@@ -463,6 +464,55 @@ out:
     return result;
 }
 
+/* A span's text as a str (JSON escapes resolved), or NULL: not UTF-8 (the Python decoder then says so) or an error. */
+static PyObject *
+span_str(const Span *sp)
+{
+    if (!sp->escaped)
+        return PyUnicode_DecodeUTF8((const char *)sp->p, sp->n, NULL);
+    /* One scratch buffer, grown as needed: the GIL is held, and nothing in here runs Python. */
+    static unsigned char *scratch;
+    static Py_ssize_t cap;
+    if (sp->n > cap) {
+        unsigned char *grown = PyMem_Realloc(scratch, sp->n);
+        if (grown == NULL)
+            return PyErr_NoMemory();
+        scratch = grown;
+        cap = sp->n;
+    }
+    Py_ssize_t n = sf_unescape(sp, scratch);
+    return PyUnicode_DecodeUTF8((const char *)scratch, n, NULL);
+}
+
+/* A frame parsed in place as a Send: 1, 0 when it is not a plain send, -1 with an exception. */
+static int
+from_frame(Lane *self, const SendFrame *f, Send *s)
+{
+    if ((f->code != REQUEST_SEND_MESSAGE_V2 && f->code != REQUEST_SEND_MESSAGE) ||
+        f->flag & (RPC_TYPE_RESPONSE | RPC_ONEWAY) || f->batch || f->producer_group.p == NULL ||
+        f->topic.p == NULL || f->default_topic.p == NULL)
+        return 0;
+    if ((s->group = span_str(&f->producer_group)) == NULL || (s->topic = span_str(&f->topic)) == NULL ||
+        (s->default_topic = span_str(&f->default_topic)) == NULL ||
+        (f->properties.p != NULL && (s->properties = span_str(&f->properties)) == NULL)) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    s->queue_id = f->queue_id;
+    s->sys_flag = f->sys_flag;
+    s->msg_flag = f->msg_flag;
+    s->reconsume = f->has_reconsume_times ? f->reconsume_times : 0;
+    s->born_ts = f->born_timestamp;
+    s->opaque = f->opaque;
+    s->rocketmq = f->serialize == 1;
+    s->body = (const char *)f->body;
+    s->body_len = f->body_len;
+    return 1;
+}
+
 /* One send: 1 taken (its reply appended to `replies` or handed to wait_stored), 0 left to Python, -1 error. */
 static int
 serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
@@ -763,6 +813,56 @@ lane_take(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromSsize_t(i);
 }
 
+/* take_frames(channel, buf: bytearray, max_frame_length, replies) -> int: serve the whole frames at the start of
+ * `buf` while each is a plain send the lane takes, reading them in place (no command is made); delete them from
+ * `buf`; the bytes served. What is left (a frame it does not take and all after it, a partial frame) is the
+ * decoder's. */
+static PyObject *
+lane_take_frames(Lane *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyByteArray_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "take_frames(channel, buf: bytearray, max_frame_length: int, replies: list)");
+        return NULL;
+    }
+    PyObject *channel = args[0], *buf = args[1], *replies = args[3];
+    long long max_frame = PyLong_AsLongLong(args[2]);
+    if (max_frame == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t len = PyByteArray_GET_SIZE(buf), pos = 0;
+    if (len < 4 || (long long)(uint32_t)get32((unsigned char *)PyByteArray_AS_STRING(buf)) > len - 4)
+        return PyLong_FromLong(0); /* no whole frame: nothing to read the gates for */
+    Gates g = {0};
+    int ok = read_gates(self, &g);
+    while (ok > 0 && len - pos >= 4) {
+        const unsigned char *frame = (const unsigned char *)PyByteArray_AS_STRING(buf) + pos;
+        long long total = (uint32_t)get32(frame);
+        if (total < 4 || total + 4 > max_frame || total > len - pos - 4)
+            break; /* what the decoder refuses, or not whole yet */
+        SendFrame f;
+        Send send = {0};
+        if (!parse_send_frame(frame, 4 + (Py_ssize_t)total, &f))
+            break;
+        ok = from_frame(self, &f, &send);
+        if (ok > 0)
+            ok = serve(self, &g, channel, &send, replies);
+        send_clear(&send);
+        if (ok > 0) {
+            self->in_place++;
+            pos += 4 + (Py_ssize_t)total;
+            if (PyByteArray_GET_SIZE(buf) != len) { /* Python code the send ran changed the buffer: stop */
+                PyErr_SetString(PyExc_RuntimeError, "the decoder's buffer changed while the send lane read it");
+                ok = -1;
+            }
+        }
+    }
+    release_gates(&g);
+    if (ok < 0)
+        return NULL;
+    if (pos > 0 && PySequence_DelSlice(buf, 0, pos) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(pos);
+}
+
 static PyObject *
 lane_get_taken(Lane *self, void *closure)
 {
@@ -772,11 +872,20 @@ lane_get_taken(Lane *self, void *closure)
 static PyMethodDef lane_methods[] = {
     {"take", (PyCFunction)(void (*)(void))lane_take, METH_FASTCALL,
      "take(channel, commands, start, replies) -> index of the first command not taken."},
+    {"take_frames", (PyCFunction)(void (*)(void))lane_take_frames, METH_FASTCALL,
+     "take_frames(channel, buf, max_frame_length, replies) -> bytes of the leading frames served (and deleted)."},
     {NULL},
 };
 
+static PyObject *
+lane_get_in_place(Lane *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->in_place);
+}
+
 static PyGetSetDef lane_getset[] = {
     {"taken", (getter)lane_get_taken, NULL, "Sends the lane has taken.", NULL},
+    {"in_place", (getter)lane_get_in_place, NULL, "Sends the lane has taken reading their frames in place.", NULL},
     {NULL},
 };
 

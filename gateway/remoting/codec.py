@@ -300,10 +300,13 @@ class FrameDecoder:
         """Drop a partial frame and free its memory now (the connection is being closed)."""
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
-        """The commands completed by ``data``; :class:`ProtocolError` for a frame that cannot be valid."""
+    def feed(self, data: bytes, serve: Callable[[bytearray], object] | None = None) -> list[RemotingCommand]:
+        """The commands completed by ``data``; :class:`ProtocolError` for a frame that cannot be valid. ``serve``,
+        if given, first takes from the buffer the whole frames it serves in place (the broker's send lane)."""
         buf = self._buf
         buf += data
+        if serve is not None:
+            serve(buf)
         return _split_frames(buf, self.max_frame_length)
 
 

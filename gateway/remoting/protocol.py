@@ -157,25 +157,25 @@ class RemotingProtocol(Protocol, TimeoutMixin):
     def dataReceived(self, data: bytes) -> None:
         if self.timeOut:
             self.resetTimeout()
-        try:
-            commands = self.decoder.feed(data)
-        except ProtocolError as e:
-            log.warn("closing {peer}: {error}", peer=self.peer, error=e)
-            self.transport.abortConnection()
-            return
-        budget = self.budget
-        if budget is not None:
-            partial = self.decoder.buffered
-            if partial != self._partial:
-                delta = partial - self._partial
-                self._partial = partial
-                budget.charge(delta)
-                if not self.connected_:
-                    return  # evicted: its complete frames would get no answer
         if self._replies is None:
             self._replies = []
         lane = self._lane
         try:
+            try:
+                commands = self.decoder.feed(data, self._serve_in_place if lane is not None else None)
+            except ProtocolError as e:
+                log.warn("closing {peer}: {error}", peer=self.peer, error=e)
+                self.transport.abortConnection()
+                return
+            budget = self.budget
+            if budget is not None:
+                partial = self.decoder.buffered
+                if partial != self._partial:
+                    delta = partial - self._partial
+                    self._partial = partial
+                    budget.charge(delta)
+                    if not self.connected_:
+                        return  # evicted: its complete frames would get no answer
             i, n = 0, len(commands)
             while i < n:
                 if lane is not None:
@@ -197,6 +197,10 @@ class RemotingProtocol(Protocol, TimeoutMixin):
                     self.dispatcher.dispatch(self, cmd)
         finally:
             self._end_batch()
+
+    def _serve_in_place(self, buf: bytearray) -> None:
+        """The lane serves the plain sends at the start of the decoder's buffer without decoding them."""
+        self._lane.take_frames(self, buf, self.decoder.max_frame_length, self._replies)
 
     # -- output
 

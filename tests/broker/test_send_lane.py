@@ -82,15 +82,24 @@ REQUESTS = [
 ]
 
 
-def exchange(port: int, frames: list[bytes]) -> list[bytes]:
-    """Send each frame on one connection and read its answer, one at a time (a blocking socket, off the reactor)."""
+def exchange(port: int, frames: list[bytes], pipelined: bool = False) -> list[bytes]:
+    """Send the frames on one connection (a blocking socket, off the reactor) and read their answers: one at a time,
+    or all sent at once (one read for the broker) and the answers put in the frames' order (by opaque)."""
     answers = []
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        for frame in frames:
+        for frame in [b"".join(frames)] if pipelined else frames:
             s.sendall(frame)
-            (length,) = struct.unpack(">I", _read(s, 4))
-            answers.append(_read(s, length))
+            for _ in frames if pipelined else [frame]:
+                (length,) = struct.unpack(">I", _read(s, 4))
+                answers.append(_read(s, length))
+    if pipelined:
+        answers.sort(key=_opaque)
     return answers
+
+
+def _opaque(answer: bytes) -> int:
+    (cmd,) = FrameDecoder().feed(struct.pack(">I", len(answer)) + answer)
+    return cmd.opaque
 
 
 def _read(s: socket.socket, n: int) -> bytes:
@@ -121,13 +130,16 @@ def consume_queue(broker: BrokerUnderTest, topic: str, queue_id: int) -> list[tu
     return [cq.get_unit(i) for i in range(cq.min_offset_in_queue, cq.max_offset_in_queue)]
 
 
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
 @pytest.mark.parametrize(
     "settings",
     [{}, {"flushDiskType": "SYNC_FLUSH"}, {"brokerRole": "SYNC_MASTER"}],  # the last: no slave, SLAVE_NOT_AVAILABLE
     ids=["async", "sync-flush", "sync-master"],
 )
 @pytest_twisted.ensureDeferred
-async def test_lane_answers_and_stores_what_the_processor_does(tmp_path: Path, remoting, settings) -> None:
+async def test_lane_answers_and_stores_what_the_processor_does(
+    tmp_path: Path, remoting, settings: dict[str, str], pipelined: bool
+) -> None:
     brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
     for b in brokers:
         b.start()
@@ -144,9 +156,12 @@ async def test_lane_answers_and_stores_what_the_processor_does(tmp_path: Path, r
         answers = []
         for b in brokers:
             port = b.controller.config.listenPort
-            answers.append(await threads.deferToThread(exchange, port, frames))
-        taken = with_lane.controller.factory.lane.taken
-        assert taken == sum(1 for _, lane in REQUESTS if lane)
+            answers.append(await threads.deferToThread(exchange, port, frames, pipelined))
+        lane = with_lane.controller.factory.lane
+        assert lane.taken == sum(1 for _, in_lane in REQUESTS if in_lane)
+        # One by one, every frame is read in place; sent at once, those read with the first (which the lane leaves)
+        # are decoded first, and taken from their commands, in order.
+        assert lane.in_place == lane.taken if not pipelined else lane.in_place < lane.taken
         # msgId names the broker's own address: each broker's, made alike.
         hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
         for (request, _), a, b in zip(REQUESTS, *answers, strict=True):
