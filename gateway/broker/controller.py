@@ -252,8 +252,11 @@ class BrokerController(service.Service):
             self._abandon_start()
             raise
         self.store_host = pack_host(self.config.brokerIP1, self.config.listenPort)
+        # The send lane serves the broker's ports (not the HA port) from their first connection on.
         lane = send_lane(self, self._send_processor)
-        self.factory.lane = lane.lane if lane is not None else None
+        for factory in (self.factory, self.vip_factory):
+            if factory is not None:
+                factory.lane = lane.lane if lane is not None else None
         # Stopped in stopService once the connections are closed, not as soon as the reactor starts shutting down.
         self.flush_service = FlushService(self.store, self.store_config, self.reactor, stop_with_reactor=False)
         self.flush_service.start()
