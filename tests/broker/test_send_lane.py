@@ -3,6 +3,7 @@ the lane and to one without, get the same answer bytes and leave the same record
 
 from __future__ import annotations
 
+import random
 import socket
 import struct
 from pathlib import Path
@@ -202,3 +203,64 @@ async def test_lane_answers_sync_flush_sends_once_on_disk(tmp_path: Path, remoti
 def _code(answer: bytes) -> int:
     (cmd,) = FrameDecoder().feed(struct.pack(">I", len(answer)) + answer)
     return cmd.code
+
+
+def random_requests(rng: random.Random, n: int) -> list[RemotingCommand]:
+    """Sends of every shape the lane must tell apart: both codes and encodings, plain and not, topics that exist and
+    not, queues in range and not, properties ASCII and not, bodies of many sizes."""
+    requests = []
+    for i in range(n):
+        topic = rng.choice(["Lane", "Lane", "Lane", "Other", "Missing", "%RETRY%lane_pg", "TBW102"])
+        props = {"UNIQ_KEY": f"R{i}"} if rng.random() < 0.9 else None
+        if props is not None:
+            if rng.random() < 0.6:
+                props["TAGS"] = rng.choice(["a", "b", "TagA", "ümlaut"])
+            if rng.random() < 0.5:
+                props["KEYS"] = " ".join(rng.choice(["k1", "k2", "x y", "鍵"]) for _ in range(rng.randint(1, 3)))
+            if rng.random() < 0.2:
+                props["WAIT"] = rng.choice(["true", "false", "FALSE"])
+            if rng.random() < 0.1:
+                props["DELAY"] = "1"  # (a timer's answer and record name the time it was sent: not compared)
+            if rng.random() < 0.05:
+                props["TRAN_MSG"] = "true"
+        body = rng.randbytes(rng.choice([0, 1, 100, 1024, 5000]))
+        queue_id = rng.choice([0, 1, 2, 3, 3, 7])
+        stype = rng.choice([SerializeType.JSON, SerializeType.ROCKETMQ])
+        make = v2 if rng.random() < 0.7 else v1
+        requests.append(make(topic, props, body=body, queue_id=queue_id, stype=stype))
+    return requests
+
+
+@pytest_twisted.ensureDeferred
+async def test_lane_against_processor_random_sends(tmp_path: Path, remoting) -> None:
+    rng = random.Random(29)
+    requests = random_requests(rng, 400)
+    brokers = [BrokerUnderTest(tmp_path / name, remoting) for name in ("lane", "python")]
+    for b in brokers:
+        b.start()
+    try:
+        brokers[1].controller.factory.lane = None
+        for b in brokers:
+            for topic, queues in (("Lane", 4), ("Other", 2)):
+                assert (await b.call(create_topic_request(topic, queues))).code == ResponseCode.SUCCESS
+        frames = []
+        for opaque, request in enumerate(requests, 1):
+            request.opaque = opaque
+            frames.append(b"".join(encode_parts(request)))
+        answers = []
+        for b in brokers:
+            port = b.controller.config.listenPort
+            got = []
+            for start in range(0, len(frames), 20):  # pipelined twenty at a time: both lane paths
+                got += await threads.deferToThread(exchange, port, frames[start : start + 20], True)
+            answers.append(got)
+        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
+        for request, a, b in zip(requests, *answers, strict=True):
+            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
+            assert a == b, f"request {request.opaque} {request.ext_fields}: {a!r} != {b!r}"
+        assert records(brokers[0]) == records(brokers[1])
+        lane = brokers[0].controller.factory.lane
+        assert lane.taken > 100 and 0 < lane.in_place < lane.taken
+    finally:
+        for b in brokers:
+            await b.stop()
