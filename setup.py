@@ -11,7 +11,13 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field
 
 setup(
     ext_modules=[
-        Extension(name, [source], depends=["gateway/_native.h", "gateway/remoting/send_frame.h"], extra_compile_args=FLAGS, optional=True)
+        Extension(
+            name,
+            [source],
+            depends=["gateway/_native.h", "gateway/remoting/send_frame.h"],
+            extra_compile_args=FLAGS,
+            optional=True,
+        )
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
             ("gateway.remoting._sender", "gateway/remoting/_sender.c"),
