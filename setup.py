@@ -12,7 +12,11 @@ FLAGS = ["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field
 setup(
     ext_modules=[
         Extension(
-            name, [source], depends=["gateway/_native.h", "gateway/store/record.h"], extra_compile_args=FLAGS, optional=True
+            name,
+            [source],
+            depends=["gateway/_native.h", "gateway/remoting/send_frame.h", "gateway/store/record.h"],
+            extra_compile_args=FLAGS,
+            optional=True,
         )
         for name, source in (
             ("gateway.remoting._codec", "gateway/remoting/_codec.c"),
