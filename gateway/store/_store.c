@@ -9,6 +9,7 @@
 #include "record.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 
 #define INDEX_HEADER_SIZE 40
 #define HASH_SLOT_SIZE 4
@@ -264,44 +265,26 @@ property_span(PyObject *props, const char *name, Py_ssize_t *start, Py_ssize_t *
 
 #define MAX_MESSAGE_KEYS 64
 
-/* index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header
- * or NotImplemented: the message's index keys (topic#UNIQ_KEY, then topic#k for each word of KEYS), each chained
- * to its slot's previous entry (none when the slot is empty or points past the count, a torn write), and the
- * file's header, as index_service.py's build_index and index_file.py's put_keys write them. `header` and the
- * result are (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount).
- * NotImplemented, with nothing written, for what the Python path must take: a key with a surrogate, more keys
- * than the file has room for (or than MAX_MESSAGE_KEYS). */
-static PyObject *
-index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+enum { BEGIN_TS, END_TS, BEGIN_PHY, END_PHY, SLOT_COUNT, COUNT };
+
+/* One message's index entries and the file's header written into the index file mapped as `mm_obj`, as
+ * index_message describes; `h` is the header, updated. 1 when written; 0, with nothing written, for what the
+ * Python path must take; -1 with an exception set. */
+static int
+index_into(PyObject *mm_obj, long long slots, long long index_num, long long h[6], PyObject *topic, PyObject *props,
+           long long phy, long long stamp)
 {
-    if (nargs != 8 || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != 6 || !PyUnicode_Check(args[4]) ||
-        !PyUnicode_Check(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "index_message(mm, hash_slot_num, index_num, header: 6-tuple, topic: str, "
-                                         "properties: str, phy_offset, store_timestamp)");
-        return NULL;
-    }
-    long long slots = PyLong_AsLongLong(args[1]);
-    long long index_num = PyLong_AsLongLong(args[2]);
-    long long h[6];
-    for (int i = 0; i < 6; i++)
-        h[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[3], i));
-    long long phy = PyLong_AsLongLong(args[6]);
-    long long stamp = PyLong_AsLongLong(args[7]);
-    if (PyErr_Occurred())
-        return NULL;
-    enum { BEGIN_TS, END_TS, BEGIN_PHY, END_PHY, SLOT_COUNT, COUNT };
     long long count = h[COUNT];
     if (slots <= 0 || index_num > INT32_MAX || count < 0 || h[SLOT_COUNT] < INT32_MIN || h[SLOT_COUNT] > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "index_message: slots, capacity or header out of range");
-        return NULL;
+        return -1;
     }
-    PyObject *topic = args[4], *props = args[5];
     /* Hashes first: a message the Python path must take leaves the mapping untouched. */
     int64_t hashes[MAX_MESSAGE_KEYS];
     int n = 0;
     Py_ssize_t start, end;
     if (property_span(props, "UNIQ_KEY", &start, &end) && (hashes[n++] = index_key_hash(topic, props, start, end)) < 0)
-        Py_RETURN_NOTIMPLEMENTED;
+        return 0;
     if (property_span(props, "KEYS", &start, &end)) {
         int kind = PyUnicode_KIND(props);
         const void *data = PyUnicode_DATA(props);
@@ -311,22 +294,22 @@ index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 e++;
             if (e > w) {
                 if (n == MAX_MESSAGE_KEYS || (hashes[n++] = index_key_hash(topic, props, w, e)) < 0)
-                    Py_RETURN_NOTIMPLEMENTED;
+                    return 0;
             }
             w = e + 1;
         }
     }
     if (n > index_num - count)
-        Py_RETURN_NOTIMPLEMENTED; /* the Python path fills this file and goes on in a new one */
+        return 0; /* the Python path fills this file and goes on in a new one */
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
-        return NULL;
+    if (PyObject_GetBuffer(mm_obj, &view, PyBUF_WRITABLE) < 0)
+        return -1;
     unsigned char *mm = view.buf;
     long long entries_at = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE;
     if (entries_at > view.len || (count + n) * INDEX_SIZE > view.len - entries_at) {
         PyErr_SetString(PyExc_ValueError, "index_message: the entries do not fit in the mapping");
         PyBuffer_Release(&view);
-        return NULL;
+        return -1;
     }
     if (n > 0) {
         if (count <= 1) { /* the first entry starts the file's span */
@@ -361,8 +344,413 @@ index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     put32(mm + 32, h[SLOT_COUNT]);
     put32(mm + 36, h[COUNT]);
     PyBuffer_Release(&view);
+    return 1;
+}
+
+/* index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header
+ * or NotImplemented: the message's index keys (topic#UNIQ_KEY, then topic#k for each word of KEYS), each chained
+ * to its slot's previous entry (none when the slot is empty or points past the count, a torn write), and the
+ * file's header, as index_service.py's build_index and index_file.py's put_keys write them. `header` and the
+ * result are (beginTimestamp, endTimestamp, beginPhyOffset, endPhyOffset, hashSlotCount, indexCount).
+ * NotImplemented, with nothing written, for what the Python path must take: a key with a surrogate, more keys
+ * than the file has room for (or than MAX_MESSAGE_KEYS). */
+static PyObject *
+index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8 || !PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != 6 || !PyUnicode_Check(args[4]) ||
+        !PyUnicode_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "index_message(mm, hash_slot_num, index_num, header: 6-tuple, topic: str, "
+                                         "properties: str, phy_offset, store_timestamp)");
+        return NULL;
+    }
+    long long slots = PyLong_AsLongLong(args[1]);
+    long long index_num = PyLong_AsLongLong(args[2]);
+    long long h[6];
+    for (int i = 0; i < 6; i++)
+        h[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(args[3], i));
+    long long phy = PyLong_AsLongLong(args[6]);
+    long long stamp = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred())
+        return NULL;
+    int done = index_into(args[0], slots, index_num, h, args[4], args[5], phy, stamp);
+    if (done < 0)
+        return NULL;
+    if (done == 0)
+        Py_RETURN_NOTIMPLEMENTED;
     return Py_BuildValue("(LLLLLL)", h[0], h[1], h[2], h[3], h[4], h[5]);
 }
+
+/* Dispatcher(store, on_listener_error): the commitlog's dispatcher, store.py's DefaultMessageStore._dispatch for the
+ * common case (an existing queue's next unit in its current file, the message's keys in the current index file),
+ * called with the same nine arguments. Everything else is handed to the store's own Python methods, which stay the
+ * reference: the whole call when an argument is not what the commitlog passes, a queue not made yet, a unit that
+ * rolls, leaves a gap or was written, an index file that is missing or full. Nothing points into a mapping between
+ * calls: each file's `mm` is asked for (and its buffer held) only while writing. A listener raising an Exception
+ * is passed to on_listener_error(exc), as the Python path logs it. */
+enum { A_CONFIG, A_INDEX_ENABLE, A_INDEX_SERVICE, A_LAST_INDEXED, A_FILES, A_MAPPED_FILE, A_MM, A_HASH_SLOT_NUM,
+       A_INDEX_NUM, A_BEGIN_TS, A_END_TS, A_BEGIN_PHY, A_END_PHY, A_SLOT_COUNT, A_INDEX_COUNT, A_DIRTY, A_BUILD_INDEX,
+       A_CQ_TABLE, A_FIND_CQ, A_MAX_PHYSIC, A_QUEUE, A_WROTE_WHERE, A_FILE_FROM, A_FILE_SIZE, A_PUT_POSITION,
+       A_LOGICS_TS, A_LISTENER, A_DISPATCH, A_COUNT };
+static const char *const attr_names[A_COUNT] = {
+    "config", "messageIndexEnable", "index_service", "last_indexed_offset", "files", "mapped_file", "mm",
+    "hash_slot_num", "index_num", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset",
+    "hash_slot_count", "index_count", "dirty", "build_index", "consume_queue_table", "_find_consume_queue",
+    "max_physic_offset", "queue", "wrote_where", "file_from_offset", "file_size", "put_message_position_info",
+    "_logics_timestamp", "arriving_listener", "_dispatch",
+};
+static PyObject *attr[A_COUNT]; /* interned */
+
+#define CQ_UNIT_SIZE 20
+#define TRAN_MASK 0xC
+#define TRANSACTION_PREPARED_TYPE 0x4
+#define TRANSACTION_ROLLBACK_TYPE 0xC
+
+/* getattr(o, attr[a]) as a C integer: 1 when it is an int within long long, 0 when it is anything else (the
+ * Python path decides), -1 with an exception set. */
+static int
+int_attr(PyObject *o, int a, long long *out)
+{
+    PyObject *v = PyObject_GetAttr(o, attr[a]);
+    if (v == NULL)
+        return -1;
+    int ok = 0;
+    if (PyLong_CheckExact(v)) {
+        int overflow;
+        *out = PyLong_AsLongLongAndOverflow(v, &overflow);
+        ok = !overflow;
+    }
+    Py_DECREF(v);
+    return ok;
+}
+
+/* The last item of the list getattr(o, attr[a]) (a new reference); NULL with no exception when the list is empty or
+ * not a list. */
+static PyObject *
+last_of(PyObject *o, int a)
+{
+    PyObject *list = PyObject_GetAttr(o, attr[a]);
+    if (list == NULL)
+        return NULL;
+    PyObject *last = NULL;
+    if (PyList_CheckExact(list) && PyList_GET_SIZE(list) > 0)
+        last = Py_NewRef(PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1));
+    Py_DECREF(list);
+    return last;
+}
+
+/* IndexService.build_index when the message's keys fit in the current file: 1 done, 0 for the Python method,
+ * -1 with an exception set. */
+static int
+index_fast(PyObject *service, PyObject *topic, PyObject *props, PyObject *phy_obj, long long phy, long long stamp)
+{
+    PyObject *f = last_of(service, A_FILES);
+    if (f == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    int done = -1;
+    long long slots, index_num, h[6], was[6];
+    PyObject *mapped = NULL, *mm = NULL;
+    int got = int_attr(f, A_HASH_SLOT_NUM, &slots);
+    if (got > 0)
+        got = int_attr(f, A_INDEX_NUM, &index_num);
+    for (int i = 0; i < 6 && got > 0; i++)
+        got = int_attr(f, A_BEGIN_TS + i, &h[i]);
+    if (got <= 0) {
+        done = got;
+        goto out;
+    }
+    if ((mapped = PyObject_GetAttr(f, attr[A_MAPPED_FILE])) == NULL || (mm = PyObject_GetAttr(mapped, attr[A_MM])) == NULL)
+        goto out;
+    memcpy(was, h, sizeof(h));
+    if ((done = index_into(mm, slots, index_num, h, topic, props, phy, stamp)) <= 0)
+        goto out;
+    /* IndexFile.put_message sets the whole header; the fields left as they were already hold their values. */
+    for (int i = 0; i < 6; i++) {
+        if (h[i] == was[i])
+            continue;
+        PyObject *v = PyLong_FromLongLong(h[i]);
+        int err = v == NULL ? -1 : PyObject_SetAttr(f, attr[A_BEGIN_TS + i], v);
+        Py_XDECREF(v);
+        if (err < 0) {
+            done = -1;
+            goto out;
+        }
+    }
+    if (PyObject_SetAttr(f, attr[A_DIRTY], Py_True) < 0 || PyObject_SetAttr(service, attr[A_LAST_INDEXED], phy_obj) < 0)
+        done = -1;
+out:
+    Py_XDECREF(mm);
+    Py_XDECREF(mapped);
+    Py_DECREF(f);
+    return done;
+}
+
+/* ConsumeQueue.put_message_position_info for the queue's next unit in its current file: 1 written, 0 for the
+ * Python method, -1 with an exception set. */
+static int
+unit_fast(PyObject *cq, long long offset, long long size, long long tags, long long cq_offset)
+{
+    long long max_physic, wrote, from, file_size;
+    int got = int_attr(cq, A_MAX_PHYSIC, &max_physic);
+    if (got <= 0)
+        return got;
+    if (offset + size <= max_physic)
+        return 1; /* the queue already indexes it: the Python method does nothing either */
+    PyObject *q = PyObject_GetAttr(cq, attr[A_QUEUE]);
+    if (q == NULL)
+        return -1;
+    int done = -1;
+    PyObject *f = NULL, *mm = NULL;
+    long long expect = cq_offset * CQ_UNIT_SIZE;
+    if ((got = int_attr(q, A_WROTE_WHERE, &wrote)) <= 0 || expect != wrote) {
+        done = got < 0 ? -1 : 0; /* a gap or a unit written already: the Python method says so */
+        goto out;
+    }
+    if ((f = last_of(q, A_FILES)) == NULL) {
+        done = PyErr_Occurred() ? -1 : 0;
+        goto out;
+    }
+    if ((got = int_attr(f, A_FILE_FROM, &from)) <= 0 || (got = int_attr(f, A_FILE_SIZE, &file_size)) <= 0 ||
+        expect < from || expect - from > file_size - CQ_UNIT_SIZE) {
+        done = got < 0 ? -1 : 0; /* a unit in the next file: the Python method makes it */
+        goto out;
+    }
+    if ((mm = PyObject_GetAttr(f, attr[A_MM])) == NULL)
+        goto out;
+    Py_buffer view;
+    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0)
+        goto out;
+    if (expect - from > view.len - CQ_UNIT_SIZE) {
+        PyBuffer_Release(&view);
+        done = 0;
+        goto out;
+    }
+    unsigned char *u = (unsigned char *)view.buf + (expect - from);
+    put64(u, offset);
+    put32(u + 8, size);
+    put64(u + 12, tags);
+    PyBuffer_Release(&view);
+    PyObject *v = PyLong_FromLongLong(expect + CQ_UNIT_SIZE);
+    int err = v == NULL ? -1 : PyObject_SetAttr(q, attr[A_WROTE_WHERE], v);
+    Py_XDECREF(v);
+    if (err == 0) {
+        v = PyLong_FromLongLong(offset + size);
+        err = v == NULL ? -1 : PyObject_SetAttr(cq, attr[A_MAX_PHYSIC], v);
+        Py_XDECREF(v);
+    }
+    done = err < 0 ? -1 : 1;
+out:
+    Py_XDECREF(mm);
+    Py_XDECREF(f);
+    Py_DECREF(q);
+    return done;
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *store;
+    PyObject *on_listener_error;
+    vectorcallfunc vectorcall;
+} Dispatcher;
+
+enum { D_TOPIC, D_QUEUE, D_OFFSET, D_SIZE, D_TAGS, D_CQ_OFFSET, D_STORE_TS, D_SYS_FLAG, D_PROPS, D_NARGS };
+
+/* The nine arguments as the commitlog passes them (str, seven ints in their fields' ranges, str) into v; 0 when
+ * they are anything else. */
+static int
+dispatch_args(PyObject *const *args, long long v[D_NARGS])
+{
+    if (!PyUnicode_CheckExact(args[D_TOPIC]) || !PyUnicode_CheckExact(args[D_PROPS]))
+        return 0;
+    for (int i = D_QUEUE; i <= D_SYS_FLAG; i++) {
+        int overflow;
+        if (!PyLong_CheckExact(args[i]))
+            return 0;
+        v[i] = PyLong_AsLongLongAndOverflow(args[i], &overflow);
+        if (overflow)
+            return 0;
+    }
+    return v[D_OFFSET] >= 0 && v[D_OFFSET] <= INT64_MAX - INT32_MAX && v[D_SIZE] >= 0 && v[D_SIZE] <= INT32_MAX &&
+           v[D_CQ_OFFSET] >= 0 && v[D_CQ_OFFSET] <= INT64_MAX / CQ_UNIT_SIZE - 1;
+}
+
+/* The listener's Exception to on_listener_error; anything else (KeyboardInterrupt...) goes on up. */
+static int
+listener_failed(Dispatcher *d)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *r = PyObject_CallOneArg(d->on_listener_error, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+static PyObject *
+dispatcher_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Dispatcher *d = (Dispatcher *)callable;
+    PyObject *store = d->store;
+    long long v[D_NARGS];
+    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != D_NARGS || !dispatch_args(args, v)) {
+        PyObject *dispatch = PyObject_GetAttr(store, attr[A_DISPATCH]);
+        if (dispatch == NULL)
+            return NULL;
+        PyObject *r = PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
+        Py_DECREF(dispatch);
+        return r;
+    }
+    PyObject *config = PyObject_GetAttr(store, attr[A_CONFIG]);
+    if (config == NULL)
+        return NULL;
+    PyObject *enabled = PyObject_GetAttr(config, attr[A_INDEX_ENABLE]);
+    Py_DECREF(config);
+    int index = enabled == NULL ? -1 : PyObject_IsTrue(enabled);
+    Py_XDECREF(enabled);
+    if (index < 0)
+        return NULL;
+    if (index) {
+        PyObject *service = PyObject_GetAttr(store, attr[A_INDEX_SERVICE]);
+        if (service == NULL)
+            return NULL;
+        long long last;
+        int done = int_attr(service, A_LAST_INDEXED, &last);
+        if (done > 0 && (v[D_OFFSET] <= last || (v[D_SYS_FLAG] & TRAN_MASK) == TRANSACTION_ROLLBACK_TYPE))
+            done = 1; /* already indexed, or a rollback: build_index skips it */
+        else if (done > 0)
+            done = index_fast(service, args[D_TOPIC], args[D_PROPS], args[D_OFFSET], v[D_OFFSET], v[D_STORE_TS]);
+        if (done == 0) {
+            PyObject *call[] = {service, args[D_TOPIC], args[D_OFFSET], args[D_STORE_TS], args[D_SYS_FLAG],
+                                args[D_PROPS]};
+            PyObject *r = PyObject_VectorcallMethod(attr[A_BUILD_INDEX], call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            done = r == NULL ? -1 : 1;
+            Py_XDECREF(r);
+        }
+        Py_DECREF(service);
+        if (done < 0)
+            return NULL;
+    }
+    int tran = v[D_SYS_FLAG] & TRAN_MASK;
+    if (tran == TRANSACTION_PREPARED_TYPE || tran == TRANSACTION_ROLLBACK_TYPE)
+        Py_RETURN_NONE;
+    PyObject *table = PyObject_GetAttr(store, attr[A_CQ_TABLE]);
+    if (table == NULL)
+        return NULL;
+    PyObject *cq = NULL;
+    if (PyDict_CheckExact(table)) {
+        PyObject *key = PyTuple_Pack(2, args[D_TOPIC], args[D_QUEUE]);
+        if (key == NULL) {
+            Py_DECREF(table);
+            return NULL;
+        }
+        cq = Py_XNewRef(PyDict_GetItemWithError(table, key));
+        Py_DECREF(key);
+    }
+    Py_DECREF(table);
+    if (cq == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        PyObject *call[] = {store, args[D_TOPIC], args[D_QUEUE]};
+        cq = PyObject_VectorcallMethod(attr[A_FIND_CQ], call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (cq == NULL)
+            return NULL;
+        if (cq == Py_None) {
+            Py_DECREF(cq);
+            Py_RETURN_NONE;
+        }
+    }
+    int done = unit_fast(cq, v[D_OFFSET], v[D_SIZE], v[D_TAGS], v[D_CQ_OFFSET]);
+    if (done == 0) {
+        PyObject *call[] = {cq, args[D_OFFSET], args[D_SIZE], args[D_TAGS], args[D_CQ_OFFSET]};
+        PyObject *r = PyObject_VectorcallMethod(attr[A_PUT_POSITION], call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        done = r == NULL ? -1 : 1;
+        Py_XDECREF(r);
+    }
+    Py_DECREF(cq);
+    if (done < 0 || PyObject_SetAttr(store, attr[A_LOGICS_TS], args[D_STORE_TS]) < 0)
+        return NULL;
+    PyObject *listener = PyObject_GetAttr(store, attr[A_LISTENER]);
+    if (listener == NULL)
+        return NULL;
+    if (listener != Py_None) {
+        PyObject *call[] = {args[D_TOPIC], args[D_QUEUE], args[D_CQ_OFFSET], args[D_TAGS]};
+        PyObject *r = PyObject_Vectorcall(listener, call, 4, NULL);
+        if (r == NULL && listener_failed(d) < 0) {
+            Py_DECREF(listener);
+            return NULL;
+        }
+        Py_XDECREF(r);
+    }
+    Py_DECREF(listener);
+    Py_RETURN_NONE;
+}
+
+static int
+dispatcher_init(Dispatcher *d, PyObject *args, PyObject *kwds)
+{
+    PyObject *store, *on_listener_error;
+    if (!PyArg_ParseTuple(args, "OO:Dispatcher", &store, &on_listener_error))
+        return -1;
+    Py_XSETREF(d->store, Py_NewRef(store));
+    Py_XSETREF(d->on_listener_error, Py_NewRef(on_listener_error));
+    d->vectorcall = dispatcher_vectorcall;
+    return 0;
+}
+
+static int
+dispatcher_traverse(Dispatcher *d, visitproc visit, void *arg)
+{
+    Py_VISIT(d->store);
+    Py_VISIT(d->on_listener_error);
+    return 0;
+}
+
+static int
+dispatcher_clear(Dispatcher *d)
+{
+    Py_CLEAR(d->store);
+    Py_CLEAR(d->on_listener_error);
+    return 0;
+}
+
+static void
+dispatcher_dealloc(Dispatcher *d)
+{
+    PyObject_GC_UnTrack(d);
+    dispatcher_clear(d);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+static PyObject *
+dispatcher_call(PyObject *callable, PyObject *args, PyObject *kwargs)
+{
+    if (((Dispatcher *)callable)->store == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Dispatcher is not initialised");
+        return NULL;
+    }
+    return PyVectorcall_Call(callable, args, kwargs);
+}
+
+static PyTypeObject DispatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gateway.store._store.Dispatcher",
+    .tp_doc = "Dispatcher(store, on_listener_error): the commitlog's dispatcher, DefaultMessageStore._dispatch in C "
+              "for the common case.",
+    .tp_basicsize = sizeof(Dispatcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Dispatcher, vectorcall),
+    .tp_call = dispatcher_call,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)dispatcher_init,
+    .tp_traverse = (traverseproc)dispatcher_traverse,
+    .tp_clear = (inquiry)dispatcher_clear,
+    .tp_dealloc = (destructor)dispatcher_dealloc,
+};
 
 /* FsyncThread(notify_fd): one thread that syncs the files a request names, by path, without the GIL, then writes
  * a byte to notify_fd (a pipe the reactor watches). A Python worker would have to take the GIL back after every
@@ -590,14 +978,23 @@ PyInit__store(void)
         return NULL;
     StructError = PyObject_GetAttrString(struct_module, "error");
     Py_DECREF(struct_module);
-    if (StructError == NULL || PyType_Ready(&FsyncThreadType) < 0)
+    if (StructError == NULL || PyType_Ready(&FsyncThreadType) < 0 || PyType_Ready(&DispatcherType) < 0)
         return NULL;
+    for (int i = 0; i < A_COUNT; i++)
+        if (attr[i] == NULL && (attr[i] = PyUnicode_InternFromString(attr_names[i])) == NULL)
+            return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
     Py_INCREF(&FsyncThreadType);
     if (PyModule_AddObject(m, "FsyncThread", (PyObject *)&FsyncThreadType) < 0) {
         Py_DECREF(&FsyncThreadType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&DispatcherType);
+    if (PyModule_AddObject(m, "Dispatcher", (PyObject *)&DispatcherType) < 0) {
+        Py_DECREF(&DispatcherType);
         Py_DECREF(m);
         return NULL;
     }

@@ -50,6 +50,7 @@ from .config import CQ_STORE_UNIT_SIZE, SLAVE, StoreConfig
 from .consume_queue import BLANK_UNIT_SIZE, ConsumeQueue
 from .index_service import IndexService
 from .mapped_file import FlushPlan, MappedFilePool, StoreLoadError
+from .native import c_store
 from .paths import StorePathError, store_child
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,12 @@ class DefaultMessageStore:
         self.arriving_listener: ArrivingListener | None = None
         # Every file's mapping is counted here, so open descriptors stay bounded however many queues exist.
         self.mapped_file_pool = MappedFilePool(config.maxOpenMappedFiles)
-        self.commit_log = commit_log(config, self._dispatch, self.mapped_file_pool)
+        # The C store's dispatcher does what _dispatch does, falling back to it (and the methods it calls) for
+        # anything uncommon.
+        self._dispatcher: Dispatcher = (
+            self._dispatch if c_store is None else c_store.Dispatcher(self, _arriving_listener_failed)
+        )
+        self.commit_log = commit_log(config, self._dispatcher, self.mapped_file_pool)
         self.consume_queue_table: dict[tuple[str, int], ConsumeQueue] = {}
         self.index_service = IndexService(config, self.mapped_file_pool)
         self.checkpoint: StoreCheckpoint | None = None
@@ -415,7 +421,7 @@ class DefaultMessageStore:
         end on a DLedger ledger)."""
         cl = self.commit_log
         self._reput_from = max(self._reput_from, cl.min_offset)
-        dispatch, tags_code_of, queue_table = self._dispatch, self._tags_code_of, cl.topic_queue_table
+        dispatch, tags_code_of, queue_table = self._dispatcher, self._tags_code_of, cl.topic_queue_table
         for req, next_offset in cl.read_records(self._reput_from, cl.max_offset):
             self._reput_from = next_offset
             if req is None:
@@ -482,8 +488,8 @@ class DefaultMessageStore:
         if listener is not None:
             try:
                 listener(topic, queue_id, cq_offset, tags)
-            except Exception:
-                log.exception("message arriving listener failed")
+            except Exception as e:
+                _arriving_listener_failed(e)
 
     def _redispatch(self, req: DispatchRequest) -> bool:
         cq = self._find_consume_queue(req.topic, req.queue_id)
@@ -805,6 +811,10 @@ class DefaultMessageStore:
 
 def _deferred(result: PutMessageResult | defer.Deferred[PutMessageResult]) -> defer.Deferred[PutMessageResult]:
     return result if isinstance(result, defer.Deferred) else defer.succeed(result)
+
+
+def _arriving_listener_failed(e: Exception) -> None:
+    log.error("message arriving listener failed", exc_info=e)
 
 
 def _access_error(e: OSError) -> StoreLoadError:
