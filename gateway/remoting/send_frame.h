@@ -187,7 +187,7 @@ sf_json_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, Span *s)
 
 /* The value of a string span: its bytes, or with its JSON escapes resolved (sf_json_string checked them), into
  * dst, which needs room for s->n bytes (no escape grows); the length written. */
-static Py_ssize_t
+static inline Py_ssize_t
 sf_unescape(const Span *s, unsigned char *dst)
 {
     const unsigned char *p = s->p;
