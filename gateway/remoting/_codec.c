@@ -818,17 +818,22 @@ span_str(const Span *s)
     return str;
 }
 
-/* parse_send_frame(frame) -> dict of send_frame.h's SendFrame (strings decoded, optional ints None when absent),
- * or None where parse_send_frame declines: for the tests only, which hold it to the Python decoders. */
+/* parse_send_frame(frame, times=1) -> dict of send_frame.h's SendFrame (strings decoded, optional ints None when
+ * absent), or None where parse_send_frame declines: for the tests, which hold it to the Python decoders, and
+ * benchmarks/send_frame.py, which times the parse alone by repeating it. */
 static PyObject *
-codec_parse_send_frame(PyObject *self, PyObject *arg)
+codec_parse_send_frame(PyObject *self, PyObject *args)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    Py_ssize_t times = 1;
+    if (!PyArg_ParseTuple(args, "y*|n:parse_send_frame", &view, &times))
         return NULL;
     SendFrame f;
     PyObject *d = NULL;
-    if (!parse_send_frame(view.buf, view.len, &f)) {
+    int parsed = 0;
+    for (Py_ssize_t i = 0; i < times; i++)
+        parsed = parse_send_frame(view.buf, view.len, &f);
+    if (!parsed) {
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
@@ -863,8 +868,9 @@ static PyMethodDef methods[] = {
      "decode_fields(ext, spec) -> tuple of a header's field values, or NotImplemented."},
     {"send_properties", (PyCFunction)(void (*)(void))codec_send_properties, METH_FASTCALL,
      "send_properties(properties, cluster) -> (stored properties, tags code, wait), or NotImplemented."},
-    {"parse_send_frame", codec_parse_send_frame, METH_O,
-     "parse_send_frame(frame) -> dict of a SEND_MESSAGE(_V2) frame's fields, or None: send_frame.h, for tests."},
+    {"parse_send_frame", codec_parse_send_frame, METH_VARARGS,
+     "parse_send_frame(frame, times=1) -> dict of a SEND_MESSAGE(_V2) frame's fields, or None: send_frame.h, for "
+     "tests and benchmarks."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -40,9 +40,24 @@ typedef struct {
 #define SF_SEND_MESSAGE_V2 310
 #define SF_LANGUAGE_OTHER 7
 
+/* A name and its length, to compare with a span. */
+typedef struct {
+    const char *s;
+    Py_ssize_t n;
+} SfName;
+#define SF_NAME(text) {text, sizeof(text) - 1}
+
+static inline int
+sf_is(const SfName *name, const unsigned char *p, Py_ssize_t n)
+{
+    return name->n == n && memcmp(name->s, p, n) == 0;
+}
+
 /* codes.py's LanguageCode names by value. */
-static const char *const SfLanguages[] = {"JAVA", "CPP",  "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
-                                          "OTHER", "HTTP", "GO",     "PHP",    "OMS",    "RUST",   "NODE_JS"};
+static const SfName SfLanguages[] = {
+    SF_NAME("JAVA"), SF_NAME("CPP"), SF_NAME("DOTNET"), SF_NAME("PYTHON"), SF_NAME("DELPHI"),
+    SF_NAME("ERLANG"), SF_NAME("RUBY"), SF_NAME("OTHER"), SF_NAME("HTTP"), SF_NAME("GO"),
+    SF_NAME("PHP"), SF_NAME("OMS"), SF_NAME("RUST"), SF_NAME("NODE_JS")};
 #define SF_N_LANGUAGES ((int)(sizeof(SfLanguages) / sizeof(SfLanguages[0])))
 
 /* The send header's fields in SendMessageRequestHeader's order, which is also V2's letters a..n. */
@@ -52,9 +67,11 @@ enum {
     SF_BNAME, SF_N_FIELDS
 };
 #define SF_REQUIRED ((1u << (SF_FLAG + 1)) - 1) /* producer group .. flag */
-static const char *const SfFieldNames[SF_N_FIELDS] = {
-    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
-    "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch", "bname"};
+static const SfName SfFieldNames[SF_N_FIELDS] = {
+    SF_NAME("producerGroup"), SF_NAME("topic"), SF_NAME("defaultTopic"), SF_NAME("defaultTopicQueueNums"),
+    SF_NAME("queueId"), SF_NAME("sysFlag"), SF_NAME("bornTimestamp"), SF_NAME("flag"), SF_NAME("properties"),
+    SF_NAME("reconsumeTimes"), SF_NAME("unitMode"), SF_NAME("maxReconsumeTimes"), SF_NAME("batch"),
+    SF_NAME("bname")};
 
 /* A value as the wire gave it: a string, or (JSON) a bare integer, true or false. */
 enum { SF_V_STRING, SF_V_NUMBER, SF_V_TRUE, SF_V_FALSE };
@@ -128,6 +145,10 @@ sf_json_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, Span *s)
     s->escaped = 0;
     while (i < n) {
         unsigned c = p[i];
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') { /* most bytes: a tight loop */
+            i++;
+            continue;
+        }
         if (c == '"') {
             s->p = p + *pos + 1;
             s->n = i - *pos - 1;
@@ -152,10 +173,8 @@ sf_json_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, Span *s)
             else
                 return 0;
         }
-        else if (c < 0x20)
+        else if (c < 0x80) /* a control character */
             return 0;
-        else if (c < 0x80)
-            i++;
         else {
             Py_ssize_t k = sf_utf8_char(p + i, n - i);
             if (k == 0)
@@ -168,7 +187,7 @@ sf_json_string(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, Span *s)
 
 /* The value of a string span: its bytes, or with its JSON escapes resolved (sf_json_string checked them), into
  * dst, which needs room for s->n bytes (no escape grows); the length written. */
-static Py_ssize_t
+static inline Py_ssize_t
 sf_unescape(const Span *s, unsigned char *dst)
 {
     const unsigned char *p = s->p;
@@ -388,7 +407,7 @@ sf_field(int v2, const unsigned char *k, Py_ssize_t n)
     if (v2)
         return n == 1 && k[0] >= 'a' && k[0] < 'a' + SF_N_FIELDS ? k[0] - 'a' : -1;
     for (int f = 0; f < SF_N_FIELDS; f++)
-        if ((Py_ssize_t)strlen(SfFieldNames[f]) == n && memcmp(SfFieldNames[f], k, n) == 0)
+        if (sf_is(&SfFieldNames[f], k, n))
             return f;
     return -1;
 }
@@ -462,8 +481,9 @@ sf_json_int32(const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, int *x)
 }
 
 enum { SF_J_CODE, SF_J_LANGUAGE, SF_J_VERSION, SF_J_OPAQUE, SF_J_FLAG, SF_J_REMARK, SF_J_EXT, SF_J_OTHER };
-static const char *const SfJsonKeys[SF_J_OTHER] = {"code", "language", "version", "opaque", "flag", "remark",
-                                                  "extFields"};
+static const SfName SfJsonKeys[SF_J_OTHER] = {SF_NAME("code"),   SF_NAME("language"), SF_NAME("version"),
+                                              SF_NAME("opaque"), SF_NAME("flag"),     SF_NAME("remark"),
+                                              SF_NAME("extFields")};
 
 /* The JSON header p[0:n]: a fastjson RemotingCommand object of a send. */
 static int
@@ -488,7 +508,7 @@ sf_json_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigned *s
         pos++;
         sf_ws(p, n, &pos);
         int k = 0;
-        while (k < SF_J_OTHER && !((Py_ssize_t)strlen(SfJsonKeys[k]) == key.n && memcmp(SfJsonKeys[k], key.p, key.n) == 0))
+        while (k < SF_J_OTHER && !sf_is(&SfJsonKeys[k], key.p, key.n))
             k++;
         if (k < SF_J_OTHER) {
             if (keys & (1u << k))
@@ -518,7 +538,7 @@ sf_json_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigned *s
                 return 0;
             out->language = -1;
             for (int i = 0; i < SF_N_LANGUAGES; i++)
-                if ((Py_ssize_t)strlen(SfLanguages[i]) == v.s.n && memcmp(SfLanguages[i], v.s.p, v.s.n) == 0)
+                if (sf_is(&SfLanguages[i], v.s.p, v.s.n))
                     out->language = i;
             if (out->language < 0)
                 return 0;

@@ -128,6 +128,7 @@ def test_the_java_and_cpp_clients_golden_sends_are_read_as_python_reads_them() -
     assert java is not None and cpp is not None
     assert [java[k] for k in ("code", "language", "topic", "queue_id", "bname")] == [310, 0, "TopicTest", 1, "broker-a"]
     assert java["properties"].endswith("WAIT\x01true\x02TAGS\x01TagA") and java["body"] == b"Hello world"
+    assert C.parse_send_frame(frame("java_code310_req"), 3) == java  # benchmarks/send_frame.py repeats it
     assert [cpp[k] for k in ("code", "language", "producer_group", "default_topic_queue_nums")] == [
         10,
         1,
