@@ -421,6 +421,15 @@ def _threads_cpu(pid: int | None) -> dict[str, float]:
     return {}
 
 
+def _runs_gateway(pid: int) -> bool:
+    """Whether process ``pid`` is ours (``python -m gateway...``): its main thread is the reactor."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(opt == b"-m" and module.split(b".")[0] == b"gateway" for opt, module in itertools.pairwise(argv))
+
+
 def _machine_cpu() -> tuple[int, int]:
     """(busy, total) jiffies over all cores, from /proc/stat."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -430,13 +439,17 @@ def _machine_cpu() -> tuple[int, int]:
 
 
 class CpuMeter:
-    """CPU use of the broker process, of its busiest thread and of the whole machine between start() and stop()."""
+    """CPU use of the broker process, of its busiest thread, of our broker's reactor thread and of the whole machine
+    between start() and stop()."""
 
     def __init__(self, broker_pid: int | None) -> None:
         self.broker_pid = broker_pid
         self.broker: float | None = None
         # A broker whose busiest thread uses a whole core cannot go faster with more cores.
         self.busiest_thread: float | None = None
+        # Ours runs the reactor on its main thread (thread id = pid); Apache's main thread only waits.
+        self._reactor_tid = str(broker_pid) if broker_pid is not None and _runs_gateway(broker_pid) else None
+        self.reactor_thread: float | None = None
         self.machine: float | None = None
 
     def start(self) -> None:
@@ -447,14 +460,16 @@ class CpuMeter:
         self._m = _machine_cpu()
 
     def stop(self) -> None:
-        """Take the second sample: ``broker`` and ``busiest_thread`` in cores, ``machine`` as a fraction of all
-        cores."""
+        """Take the second sample: ``broker``, ``busiest_thread`` and ``reactor_thread`` (ours only) in cores,
+        ``machine`` as a fraction of all cores."""
         wall = time.monotonic() - self._t
         b = _proc_cpu(self.broker_pid)
         if b is not None and self._b is not None and wall > 0:
             self.broker = (b - self._b) / wall
-            used = [cpu - self._threads.get(t, 0.0) for t, cpu in _threads_cpu(self.broker_pid).items()]
-            self.busiest_thread = max(used, default=0.0) / wall
+            used = {t: cpu - self._threads.get(t, 0.0) for t, cpu in _threads_cpu(self.broker_pid).items()}
+            self.busiest_thread = max(used.values(), default=0.0) / wall
+            if self._reactor_tid in used:
+                self.reactor_thread = used[self._reactor_tid] / wall
         busy, total = _machine_cpu()
         if total > self._m[1]:
             self.machine = (busy - self._m[0]) / (total - self._m[1])
@@ -537,6 +552,11 @@ def _percentile(sorted_values: array.array, q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))] / 1000.0
 
 
+def per_message_us(cores: float | None, rate: float) -> float | None:
+    """CPU microseconds per message of a thread or process that used ``cores`` while ``rate`` messages/s went by."""
+    return cores * 1e6 / rate if cores is not None and rate > 0 else None
+
+
 def send_summary(send: dict[str, Any]) -> dict[str, Any]:
     """The figures of a :func:`run_send` result that the side-by-side tools keep: rate, p50/p99, errors."""
     return {key: send[key] for key in ("rate", "p50_ms", "p99_ms", "errors")}
@@ -588,10 +608,11 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
     ok = sum(n for code, n in codes.items() if code in STORED_CODES)
     errors_by_code = {response_code_text(code): n for code, n in codes.items() if code != ResponseCode.SUCCESS}
     errors_by_code.update(failures)
+    rate = ok / seconds if seconds > 0 else 0.0
     return {
         "messages": ok,
         "seconds": seconds,
-        "rate": ok / seconds if seconds > 0 else 0.0,
+        "rate": rate,
         "mb_s": ok * len(plan.body) / MB / seconds if seconds > 0 else 0.0,
         "p50_ms": _percentile(lat, 0.5) if lat else None,
         "p99_ms": _percentile(lat, 0.99) if lat else None,
@@ -600,6 +621,8 @@ def run_send(plan: SendPlan, procs: int, meter: CpuMeter, profiler: Profiler) ->
         "generator_cpu": [r["cpu"] / seconds for r in reports] if seconds > 0 else [],
         "broker_cpu": meter.broker,
         "broker_busiest_thread": meter.busiest_thread,
+        "broker_reactor_thread": meter.reactor_thread,
+        "reactor_thread_us_per_msg": per_message_us(meter.reactor_thread, rate),
         "machine_cpu": meter.machine,
         "stored_per_queue": {f"{b}:{q}": n for (b, _a, q), n in sorted(stored.items())},
         "hot_spots": hot,
@@ -644,16 +667,31 @@ def render(results: dict[str, Any], baseline: dict[str, Any]) -> str:
         "cpu send:  " + _cpu_line("generator", s["generator_cpu"], s["broker_cpu"], s["machine_cpu"], s["rate"])
     )
     if s.get("broker_busiest_thread") is not None:
-        rows.append(f"           the broker's busiest thread {s['broker_busiest_thread'] * 100:.0f}% of a core")
+        rows.append("           " + _threads_line(s, baseline.get("send_reactor_us")))
     if d is not None:
         rows.append(
             "cpu drain: " + _cpu_line("consumer", [d["consumer_cpu"]], d["broker_cpu"], d["machine_cpu"], d["rate"])
         )
+        if d.get("broker_busiest_thread") is not None:
+            rows.append("           " + _threads_line(d, baseline.get("drain_reactor_us")))
         rows.append(f"verify: {d['verify']}")
     for r in (s, d):
         if r is not None and r.get("hot_spots"):
             rows.extend(r["hot_spots"])
     return "\n".join(rows)
+
+
+def _threads_line(r: dict[str, Any], baseline_us: float | None) -> str:
+    """Our reactor thread's CPU, in % of a core and per message (beside ``baseline_us``, a saved run's), and the
+    broker's busiest thread's; for a broker without a reactor thread (Apache's) the busiest thread's per message."""
+    busiest = f"the broker's busiest thread {r['broker_busiest_thread'] * 100:.0f}% of a core"
+    reactor = r.get("broker_reactor_thread")
+    if reactor is None:
+        return f"{busiest}, {_fmt(per_message_us(r['broker_busiest_thread'], r['rate']), '.1f')} us CPU/msg"
+    line = f"reactor thread {reactor * 100:.0f}% of a core, {_fmt(r['reactor_thread_us_per_msg'], '.1f')} us CPU/msg"
+    if baseline_us is not None:
+        line += f" (baseline {baseline_us:.1f})"
+    return f"{line}; {busiest}"
 
 
 def _cpu_line(client: str, client_cores: list[float], broker: float | None, machine: float | None, rate: float) -> str:
@@ -685,6 +723,9 @@ def load_baseline(args: argparse.Namespace) -> dict[str, Any]:
         "drain": prev["drain"]["rate"] if prev.get("drain") else None,
         "send_p50": prev["send"]["p50_ms"],
         "send_p99": prev["send"]["p99_ms"],
+        # runs saved before the reactor thread was measured have none
+        "send_reactor_us": prev["send"].get("reactor_thread_us_per_msg"),
+        "drain_reactor_us": (prev.get("drain") or {}).get("reactor_thread_us_per_msg"),
     }
 
 
@@ -868,16 +909,20 @@ def benchmark(args: argparse.Namespace, namesrv: str, broker_pid: int | None, ta
             problems.append(f"{q.broker_name}:{q.queue_id} grew by {ends[q] - starts[q]} but {sent} were stored")
     if res.messages != send["messages"]:
         problems.append(f"drained {res.messages} of {send['messages']} stored messages")
+    rate = res.messages / res.seconds if res.seconds > 0 else 0.0
     results["drain"] = {
         "messages": res.messages,
         "seconds": res.seconds,
-        "rate": res.messages / res.seconds if res.seconds > 0 else 0.0,
+        "rate": rate,
         "mb_s": res.messages * args.size / MB / res.seconds if res.seconds > 0 else 0.0,
         "record_mb_s": res.record_bytes / MB / res.seconds if res.seconds > 0 else 0.0,
         "pulls": res.pulls,
         "codes": {response_code_text(c): n for c, n in res.codes.items()},
         "consumer_cpu": res.cpu / res.seconds if res.seconds > 0 else 0.0,
         "broker_cpu": meter.broker,
+        "broker_busiest_thread": meter.busiest_thread,
+        "broker_reactor_thread": meter.reactor_thread,
+        "reactor_thread_us_per_msg": per_message_us(meter.reactor_thread, rate),
         "machine_cpu": meter.machine,
         "verify": "; ".join(problems[:10]) if problems else f"OK, {res.messages} sent = drained, offsets match",
         "hot_spots": hot,

@@ -290,7 +290,12 @@ def one_process_rss(settle: float) -> float:
 def _send_figures(s: dict[str, Any]) -> dict[str, Any]:
     rate = s["rate"]
     cpu = s["broker_cpu"] * 1e4 / rate if s["broker_cpu"] is not None and rate else None
-    return {**throughput.send_summary(s), "cpu_per_10k": cpu, "busiest_thread": s.get("broker_busiest_thread")}
+    return {
+        **throughput.send_summary(s),
+        "cpu_per_10k": cpu,
+        "busiest_thread": s.get("broker_busiest_thread"),
+        "reactor_thread": s.get("broker_reactor_thread"),
+    }
 
 
 def _drain_figures(d: dict[str, Any]) -> dict[str, Any]:
@@ -310,16 +315,29 @@ def one_process_rss_of(r: dict[str, Any]) -> float | None:
     return r.get("idle_rss_one_process_mb")
 
 
+REACTOR_US = "  reactor thread us CPU/msg (Apache: busiest thread)"
+
+
+def _reactor_us(send: dict[str, Any]) -> float | None:
+    """Our reactor thread's CPU per message sent; for Apache (no reactor thread) its busiest thread's."""
+    thread = send.get("reactor_thread")
+    if thread is None:
+        thread = send.get("busiest_thread")
+    return throughput.per_message_us(thread, send["rate"])
+
+
 # (label, path into a target's round, better: "higher" | "lower" | "info" (no goal))
 FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("send ASYNC_FLUSH msgs/s (Python generator)", lambda r: r["ASYNC_FLUSH"]["send"]["rate"], "higher"),
     ("  p50 latency ms", lambda r: r["ASYNC_FLUSH"]["send"]["p50_ms"], "lower"),
     ("  p99 latency ms", lambda r: r["ASYNC_FLUSH"]["send"]["p99_ms"], "lower"),
     ("  broker CPU-s per 10k sent", lambda r: r["ASYNC_FLUSH"]["send"]["cpu_per_10k"], "lower"),
+    (REACTOR_US, lambda r: _reactor_us(r["ASYNC_FLUSH"]["send"]), "info"),
     ("send SYNC_FLUSH msgs/s (Python generator)", lambda r: r["SYNC_FLUSH"]["send"]["rate"], "higher"),
     ("  p50 latency ms", lambda r: r["SYNC_FLUSH"]["send"]["p50_ms"], "lower"),
     ("  p99 latency ms", lambda r: r["SYNC_FLUSH"]["send"]["p99_ms"], "lower"),
     ("  broker CPU-s per 10k sent", lambda r: r["SYNC_FLUSH"]["send"]["cpu_per_10k"], "lower"),
+    (REACTOR_US, lambda r: _reactor_us(r["SYNC_FLUSH"]["send"]), "info"),
     ("drain msgs/s (ASYNC_FLUSH backlog)", lambda r: r["ASYNC_FLUSH"]["drain"]["rate"], "higher"),
     ("  broker CPU-s per 10k drained", lambda r: r["ASYNC_FLUSH"]["drain"]["cpu_per_10k"], "lower"),
     ("drain msgs/s (SYNC_FLUSH backlog)", lambda r: r["SYNC_FLUSH"]["drain"]["rate"], "higher"),

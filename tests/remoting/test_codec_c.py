@@ -13,7 +13,6 @@ import sys
 import sysconfig
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +29,6 @@ from .test_codec import COMMANDS, TEXT, rocketmq_commands
 
 C = codec._c_codec
 PURE = bool(os.environ.get("ROCKETMQ_GATEWAY_PURE_PYTHON"))
-# What is run again on the Python fallbacks: the remoting suite (codec, headers) and the index files.
-PURE_RUN = ["tests/remoting", "tests/store/test_index.py"]
 needs_c = pytest.mark.skipif(C is None, reason="the C codec was not built (no C compiler at install time)")
 FUZZ = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -294,24 +291,6 @@ def test_the_c_code_is_built_where_a_compiler_is() -> None:
     assert codec.decode_rocketmq_header is in_use
     assert (native.c_store is None) == PURE
     assert (sender._c_sender is None) == PURE
-
-
-@needs_c
-@pytest.mark.skipif(PURE, reason="this is that run")
-def test_the_remoting_suite_passes_on_the_python_codec(tmp_path: Path) -> None:
-    """The same tests again with ROCKETMQ_GATEWAY_PURE_PYTHON=1, the fallback where the C code is not built."""
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "ROCKETMQ_GATEWAY_PURE_PYTHON": "1"}
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path}", *PURE_RUN],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout
 
 
 def test_pure_python_is_kept_when_asked() -> None:
