@@ -240,6 +240,17 @@ class DLedgerCommitLog(CommitLog):
             return super().get_message(offset, size)
         return self._entries.get_message(offset, size)
 
+    def readable_segment(self, offset: int) -> tuple[int, memoryview] | None:
+        """The window holding physical ``offset``: the old commitlog's, ending at the divide, or the ledger's."""
+        divided = self.divided_commitlog_offset
+        if offset >= divided:
+            return self._entries.readable_segment(offset)
+        found = super().readable_segment(offset)
+        if found is None:
+            return None
+        base, view = found
+        return base, view[: divided - base]
+
     def get_record(self, offset: int) -> memoryview | None:
         """The whole, consistent record starting at physical ``offset``, or None."""
         if offset < self.divided_commitlog_offset:

@@ -934,6 +934,170 @@ fsync_thread_dealloc(FsyncThread *t)
     Py_TYPE(t)->tp_free((PyObject *)t);
 }
 
+static int64_t
+be64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)(uint32_t)get32(p) << 32) | (uint32_t)get32(p + 4));
+}
+
+/* a - b > c on int64 values as Python's integers compare (no overflow). */
+static int
+difference_exceeds(int64_t a, int64_t b, int64_t c)
+{
+    int64_t d;
+    if (__builtin_sub_overflow(a, b, &d))
+        return b < 0; /* a - b beyond int64: huge positive when b < 0, huge negative otherwise */
+    return d > c;
+}
+
+/* The segment window being read: a buffer on a slice only this call owns, released before the next lookup (which
+ * may map another file and unmap this one) and before returning. */
+typedef struct {
+    Py_buffer view;
+    int64_t base;
+    int held;
+} Window;
+
+static void
+window_release(Window *w)
+{
+    if (w->held) {
+        PyBuffer_Release(&w->view);
+        w->held = 0;
+    }
+}
+
+/* segment_at(offset) -> (base, memoryview) or None, into `w`; 0 when there is none, -1 on error. */
+static int
+window_lookup(Window *w, PyObject *segment_at, int64_t offset)
+{
+    window_release(w);
+    PyObject *seg = PyObject_CallFunction(segment_at, "L", (long long)offset);
+    if (seg == NULL)
+        return -1;
+    if (seg == Py_None) {
+        Py_DECREF(seg);
+        return 0;
+    }
+    if (!PyTuple_Check(seg) || PyTuple_GET_SIZE(seg) != 2) {
+        Py_DECREF(seg);
+        PyErr_SetString(PyExc_TypeError, "segment_at must return (base, memoryview) or None");
+        return -1;
+    }
+    long long base = PyLong_AsLongLong(PyTuple_GET_ITEM(seg, 0));
+    if ((base == -1 && PyErr_Occurred()) || PyObject_GetBuffer(PyTuple_GET_ITEM(seg, 1), &w->view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(seg);
+        return -1;
+    }
+    Py_DECREF(seg);
+    w->base = base;
+    w->held = 1;
+    return 1;
+}
+
+/* read_units(units, max_msg_nums, commitlog_max_offset, memory, mem_bytes, mem_count, disk_bytes, disk_count,
+ * message_filter, segment_at, roll_next_file) -> (records, total_size, scanned, max_phy_offset_pulling, removing):
+ * message_store.py's _read_units loop over consume-queue units (offset: 8, size: 4, tagsCode: 8), each record
+ * copied out of its segment's mapping into a bytes object. message_filter(tagsCode) is called per unit when not
+ * None; segment_at(offset) gives the readable window of the segment holding offset, called only when a unit
+ * leaves the current one; roll_next_file(offset) only when a record is missing. */
+enum { R_UNITS, R_MAX_NUMS, R_MAX_OFFSET, R_MEMORY, R_MEM_BYTES, R_MEM_COUNT, R_DISK_BYTES, R_DISK_COUNT, R_FILTER,
+       R_SEGMENT_AT, R_ROLL, R_NARGS };
+
+static PyObject *
+read_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != R_NARGS) {
+        PyErr_SetString(PyExc_TypeError, "read_units takes 11 arguments");
+        return NULL;
+    }
+    long long lim[R_DISK_COUNT + 1];
+    for (int i = R_MAX_NUMS; i <= R_DISK_COUNT; i++)
+        if ((lim[i] = PyLong_AsLongLong(args[i])) == -1 && PyErr_Occurred())
+            return NULL;
+    long long max_nums = lim[R_MAX_NUMS];
+    PyObject *filter = args[R_FILTER] == Py_None ? NULL : args[R_FILTER];
+    Py_buffer units;
+    if (PyObject_GetBuffer(args[R_UNITS], &units, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *records = PyList_New(0);
+    if (records == NULL) {
+        PyBuffer_Release(&units);
+        return NULL;
+    }
+    /* Java scans at most max(16000, maxMsgNums * 20) bytes of consume queue. */
+    long long scan = max_nums > 16000 / 20 ? (max_nums > INT32_MAX ? (long long)INT32_MAX * 20 : max_nums * 20) : 16000;
+    Py_ssize_t n = (Py_ssize_t)((units.len < scan ? units.len : scan) / 20);
+    const unsigned char *u = units.buf;
+    Window w = {.held = 0};
+    int64_t next_file_start = -1, max_phy = 0, total = 0, count = 0, scanned = 0;
+    int removing = 0;
+    for (Py_ssize_t i = 0; i < n; i++, u += 20) {
+        int64_t offset = be64(u);
+        int32_t size = get32(u + 8);
+        max_phy = offset;
+        if (offset < next_file_start || size == INT32_MAX) { /* a blank unit */
+            scanned++;
+            continue;
+        }
+        if (total != 0 && count != 0) { /* _is_the_batch_full */
+            int in_disk = difference_exceeds(lim[R_MAX_OFFSET], offset, lim[R_MEMORY]);
+            long long max_bytes = in_disk ? lim[R_DISK_BYTES] : lim[R_MEM_BYTES];
+            long long max_count = in_disk ? lim[R_DISK_COUNT] : lim[R_MEM_COUNT];
+            if (count >= max_nums || total + size > max_bytes || count >= max_count)
+                break;
+        }
+        scanned++;
+        if (filter != NULL) {
+            PyObject *tags = PyLong_FromLongLong(be64(u + 12));
+            PyObject *keep = tags == NULL ? NULL : PyObject_CallOneArg(filter, tags);
+            Py_XDECREF(tags);
+            int truth = keep == NULL ? -1 : PyObject_IsTrue(keep);
+            Py_XDECREF(keep);
+            if (truth < 0)
+                goto error;
+            if (!truth)
+                continue;
+        }
+        int found = 0;
+        if (offset >= 0 && size > 0) {
+            if (!w.held || offset < w.base || offset - w.base >= w.view.len) {
+                if (window_lookup(&w, args[R_SEGMENT_AT], offset) < 0)
+                    goto error;
+            }
+            found = w.held && offset >= w.base && offset - w.base < w.view.len && size <= w.view.len - (offset - w.base);
+        }
+        if (!found) {
+            removing = 1;
+            PyObject *next = PyObject_CallFunction(args[R_ROLL], "L", (long long)offset);
+            long long start = next == NULL ? -1 : PyLong_AsLongLong(next);
+            Py_XDECREF(next);
+            if (start == -1 && PyErr_Occurred())
+                goto error;
+            next_file_start = start;
+            continue;
+        }
+        PyObject *record = PyBytes_FromStringAndSize((const char *)w.view.buf + (offset - w.base), size);
+        if (record == NULL || PyList_Append(records, record) < 0) {
+            Py_XDECREF(record);
+            goto error;
+        }
+        Py_DECREF(record);
+        total += size;
+        count++;
+        next_file_start = -1;
+    }
+    window_release(&w);
+    PyBuffer_Release(&units);
+    return Py_BuildValue("(NLLLO)", records, (long long)total, (long long)scanned, (long long)max_phy,
+                         removing ? Py_True : Py_False);
+error:
+    window_release(&w);
+    PyBuffer_Release(&units);
+    Py_DECREF(records);
+    return NULL;
+}
+
 static PyMethodDef fsync_thread_methods[] = {
     {"request", (PyCFunction)fsync_thread_request, METH_VARARGS,
      "request(paths, dir_first): sync these files (bytes paths; the first a directory when dir_first)."},
@@ -962,6 +1126,8 @@ static PyMethodDef methods[] = {
      "parse_record(view, pos, file_from_offset) -> fields of the record at pos, None (blank) or what is wrong."},
     {"index_message", (PyCFunction)(void (*)(void))index_message, METH_FASTCALL,
      "index_message(mm, hash_slot_num, index_num, header, topic, properties, phy_offset, store_timestamp) -> header."},
+    {"read_units", (PyCFunction)(void (*)(void))read_units, METH_FASTCALL,
+     "read_units(units, max_msg_nums, ..., message_filter, segment_at, roll_next_file) -> records and counts."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -458,6 +458,15 @@ class CommitLog:
             return None
         return f.view[pos : pos + size]
 
+    def readable_segment(self, offset: int) -> tuple[int, memoryview] | None:
+        """(start, a fresh slice of what is written) of the segment holding ``offset``, or None: the window in which
+        ``get_message`` finds records, for a reader that takes several from one segment."""
+        f = self.queue.find_mapped_file_by_offset(offset) if offset >= 0 else None
+        if f is None:
+            return None
+        base = f.file_from_offset
+        return base, f.view[: max(min(f.file_size, self.queue.wrote_where - base), 0)]
+
     def get_record(self, offset: int) -> memoryview | None:
         """A zero-copy slice of the record starting at ``offset`` if a whole, consistent one does (its fields, its
         own offset and its body CRC checked); None otherwise."""

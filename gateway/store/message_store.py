@@ -586,6 +586,49 @@ class DefaultMessageStore:
         max_msg_nums: int,
         message_filter: MessageFilter | None,
     ) -> GetMessageResult:
+        if c_store is None:
+            return self._read_units_py(units, offset, min_offset, max_offset, max_msg_nums, message_filter)
+        cl = self.commit_log
+        c = self.config
+        max_offset_py = cl.max_offset
+        memory = self._memory_budget()
+        buffers, total, scanned, max_phy_offset_pulling, removing = c_store.read_units(
+            units,
+            max_msg_nums,
+            max_offset_py,
+            memory,
+            c.maxTransferBytesOnMessageInMemory,
+            c.maxTransferCountOnMessageInMemory,
+            c.maxTransferBytesOnMessageInDisk,
+            c.maxTransferCountOnMessageInDisk,
+            message_filter,
+            cl.readable_segment,
+            cl.roll_next_file,
+        )
+        if buffers:
+            status = GetMessageStatus.FOUND
+        else:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if removing else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(
+            status,
+            offset + scanned,
+            min_offset,
+            max_offset,
+            buffers,
+            total,
+            max_offset_py - max_phy_offset_pulling > memory,
+        )
+
+    def _read_units_py(
+        self,
+        units: memoryview,
+        offset: int,
+        min_offset: int,
+        max_offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | None,
+    ) -> GetMessageResult:
+        """The reference for ``_store.read_units`` (and the path without it)."""
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
         buffers = result.buffers
         total = 0
