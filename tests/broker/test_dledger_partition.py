@@ -34,8 +34,13 @@ def started(tmp_path: Path, **extra: str) -> tuple[Group, str]:
     """A proxied group with the topic created; returns it and its leader's self id once routed."""
     group = Group(tmp_path, proxied=True, **extra)
     group.start()
-    until(lambda: group.route() or bootstrap(group), 30, "the topic routed")
-    return group, group.member_at(settled_route(group, IDS)[0])
+    try:
+        # Three brokers electing on a loaded machine (the full suite) took over 30 s once.
+        until(lambda: group.route() or bootstrap(group), 60, "the topic routed")
+        return group, group.member_at(settled_route(group, IDS)[0])
+    except BaseException:
+        group.stop()  # its processes and log files, not left to the next test
+        raise
 
 
 def new_master(group: Group, old: str) -> str:
