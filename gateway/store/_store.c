@@ -1,7 +1,9 @@
 /* The store's hot path in C: a commitlog record written straight into its segment's mapping (as commit_log.py's
  * _record and encode_record build it), and one message's index entries, keys read from its properties (hash, slot
  * chain, entry and header, as index_service.py's build_index and index_file.py's IndexFile.put_keys write them).
- * The Python code is the reference and the fallback where this module was not built; the tests compare the two.
+ * And a pull's walk over consume-queue units, records copied out of their segments (message_store.py's
+ * _read_units_py). The Python code is the reference and the fallback where this module was not built; the tests
+ * compare the two.
  * Every position is checked against the mapping's size before it is read or written.
  *
  * Also the commitlog's fsync thread (FsyncThread, used by flush.py): it never takes the GIL.

@@ -1,5 +1,6 @@
-"""The store's C hot path (``_store.c``: commitlog records and index entries written into their mappings), when
-it was built and not refused with ``ROCKETMQ_GATEWAY_PURE_PYTHON=1``; else None, and the Python code runs."""
+"""The store's C hot path (``_store.c``: commitlog records and index entries written into their mappings, a
+pull's records read out), when it was built and not refused with ``ROCKETMQ_GATEWAY_PURE_PYTHON=1``; else None,
+and the Python code runs."""
 
 from __future__ import annotations
 
