@@ -140,18 +140,7 @@ plain_decimal(PyObject *v, long long *out)
 {
     if (v == NULL || !PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v))
         return 0;
-    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
-    if (n < 1 || n > 18)
-        return 0;
-    const Py_UCS1 *c = PyUnicode_1BYTE_DATA(v);
-    long long x = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (c[i] < '0' || c[i] > '9')
-            return 0;
-        x = x * 10 + (c[i] - '0');
-    }
-    *out = x;
-    return 1;
+    return sf_digits(PyUnicode_1BYTE_DATA(v), PyUnicode_GET_LENGTH(v), out);
 }
 
 static int

@@ -4,9 +4,9 @@ A SEND_MESSAGE or SEND_MESSAGE_V2 of a plain message (no transaction, delay, tim
 to a topic the broker has is validated, appended to the commitlog, dispatched to its consume queue and index, counted
 and answered by one C call for all such requests of a read, with the bytes :class:`SendMessageProcessor` would send.
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
-requests are served in the order they came. The lane is off (None) where the extension was not built, with
-``ROCKETMQ_GATEWAY_PURE_PYTHON=1``, on a DLedger commitlog, and while request hooks (ACL) or the RPC latency
-histograms are on: those are Python's.
+requests are served in the order they came. There is no lane (None) where the extension was not built, with
+``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor while
+request hooks (ACL) or the RPC latency histograms are on, on a slave, and while the broker refuses writes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 _c_lane = load_extension("gateway.broker._send_lane")
 
-# Where the JSON answer's values go: placeholders a JSON encoder writes unchanged, cut out of a real answer.
+# Where the JSON answer's values go: control characters, which the encoder writes as \u0001..\u0003 and nothing else
+# in the answer contains, and an opaque no other field has; the answer is cut at them.
 _MSG_ID, _QUEUE_ID, _QUEUE_OFFSET, _OPAQUE = "\x01", "\x02", "\x03", 2147483633
 
 
@@ -89,11 +90,6 @@ class SendLane:
             mapped_file_size=commit_log.queue.mapped_file_size,
             version=SERVER_VERSION,
         )
-
-    @property
-    def taken(self) -> int:
-        """Sends the lane has answered (or handed to :meth:`wait_stored`)."""
-        return self.lane.taken
 
     def wait_stored(
         self,
