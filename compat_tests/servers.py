@@ -55,18 +55,26 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def free_broker_port() -> int:
+def free_broker_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
     """A free port for a broker's ``listenPort`` whose neighbours are free too: a broker (ours as Apache's) also
     listens on port - 2 (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. Ephemeral ports
-    of live connections are handed out side by side, so a bare free port often has a taken neighbour."""
+    of live connections are handed out side by side, so a bare free port often has a taken neighbour. ``avoid``: ports
+    already given to processes that may not have bound them yet (a NameServer still starting)."""
     for _ in range(100):
         port = free_port()
-        if port - 2 > 1024 and port + 1 < 65536 and all(_bindable(p) for p in (port - 2, port + 1)):
+        used = (port - 2, port, port + 1)
+        if (
+            port - 2 > 1024
+            and port + 1 < 65536
+            and avoid.isdisjoint(used)
+            and all(_bindable(p) for p in (port - 2, port + 1))
+        ):
             return port
     # Ephemeral ports all but used up (thousands of connections in TIME_WAIT): look below their range.
     for _ in range(1000):
         port = random.randrange(10002, 32767)
-        if all(_bindable(p) for p in (port - 2, port, port + 1)):
+        used = (port - 2, port, port + 1)
+        if avoid.isdisjoint(used) and all(_bindable(p) for p in used):
             return port
     raise OSError("no free port with free neighbours")
 
