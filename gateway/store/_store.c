@@ -1033,12 +1033,13 @@ read_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const unsigned char *u = units.buf;
     Window w = {.held = 0};
     int64_t next_file_start = -1, max_phy = 0, total = 0, count = 0, scanned = 0;
+    int skip_all = 0;
     int removing = 0;
     for (Py_ssize_t i = 0; i < n; i++, u += 20) {
         int64_t offset = be64(u);
         int32_t size = get32(u + 8);
         max_phy = offset;
-        if (offset < next_file_start || size == INT32_MAX) { /* a blank unit */
+        if (offset < next_file_start || skip_all || size == INT32_MAX) { /* a blank unit */
             scanned++;
             continue;
         }
@@ -1072,11 +1073,14 @@ read_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (!found) {
             removing = 1;
             PyObject *next = PyObject_CallFunction(args[R_ROLL], "L", (long long)offset);
-            long long start = next == NULL ? -1 : PyLong_AsLongLong(next);
+            int overflow = 0;
+            long long start = next == NULL ? -1 : PyLong_AsLongLongAndOverflow(next, &overflow);
             Py_XDECREF(next);
             if (start == -1 && PyErr_Occurred())
                 goto error;
-            next_file_start = start;
+            /* Past the last segment a hostile offset can name, the next file starts beyond every int64 offset. */
+            skip_all = overflow > 0;
+            next_file_start = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : start;
             continue;
         }
         PyObject *record = PyBytes_FromStringAndSize((const char *)w.view.buf + (offset - w.base), size);

@@ -165,6 +165,14 @@ def test_hostile_units(filled: DefaultMessageStore, data: st.DataObject, nums: i
     assert c_calls == py_calls
 
 
+def test_a_missing_record_past_the_last_int64_segment(filled: DefaultMessageStore) -> None:
+    # roll_next_file of an offset near 2**63 names a file past every int64 offset: every later unit is skipped.
+    units = memoryview(_UNIT.pack(9_223_372_036_854_771_712, 10, 0) + _UNIT.pack(0, 2**31 - 1, 0) * 2)
+    c = filled._read_units(units, 7, 0, 100, 32, None)
+    assert c == filled._read_units_py(units, 7, 0, 100, 32, None)
+    assert c.next_begin_offset == 10 and not c.buffers
+
+
 def test_a_failing_filter_fails_the_same(filled: DefaultMessageStore) -> None:
     def broken(code: int) -> bool:
         raise ValueError("filter broke")
