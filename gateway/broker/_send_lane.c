@@ -251,6 +251,7 @@ typedef struct {
     PyObject *store_host;      /* broker.store_host: set once the broker listens */
     long long max_message_size;
     int waits;                 /* a put waiter is set (SYNC_FLUSH, SYNC_MASTER) */
+    int state;                 /* 0 not read yet, 1 the broker takes plain sends, 2 it does not */
 } Gates;
 
 /* 1: the broker takes plain sends now (as msg_check and DefaultMessageStore._writable decide); 0: Python decides;
@@ -317,6 +318,20 @@ release_gates(Gates *g)
     Py_XDECREF(g->topic_table);
     Py_XDECREF(g->queue_table);
     Py_XDECREF(g->topic_bytes);
+}
+
+/* The gates, read at the first send a call serves (a read of pulls or heartbeats never reads them): 1 open, 0 closed,
+ * -1 with an exception. */
+static int
+gates_open(Lane *self, Gates *g)
+{
+    if (g->state == 0) {
+        int ok = read_gates(self, g);
+        if (ok < 0)
+            return -1;
+        g->state = ok ? 1 : 2;
+    }
+    return g->state == 1;
 }
 
 /* The segment the next record goes into, as CommitLog._reserve finds it without rolling: 1 with *f (a new
@@ -511,6 +526,8 @@ serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
     PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL, *tail = NULL, *next = NULL;
     PyObject *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
     Py_buffer mm = {0};
+    if ((ok = gates_open(self, g)) <= 0)
+        return ok;
     /* Names Python has checked before (it remembers the legal ones). */
     if ((ok = PySet_Contains(self->known_groups, s->group)) <= 0 ||
         (ok = PySet_Contains(self->known_topics, s->topic)) <= 0 ||
@@ -784,7 +801,7 @@ lane_take(Lane *self, PyObject *const *args, Py_ssize_t nargs)
     if (i >= n)
         return PyLong_FromSsize_t(n);
     Gates g = {0};
-    int ok = read_gates(self, &g);
+    int ok = 1;
     while (ok > 0 && i < PyList_GET_SIZE(commands)) {
         PyObject *cmd = Py_NewRef(PyList_GET_ITEM(commands, i));
         Send send = {0};
@@ -819,9 +836,9 @@ lane_take_frames(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t len = PyByteArray_GET_SIZE(buf), pos = 0;
     if (len < 4 || (long long)(uint32_t)get32((unsigned char *)PyByteArray_AS_STRING(buf)) > len - 4)
-        return PyLong_FromLong(0); /* no whole frame: nothing to read the gates for */
+        return PyLong_FromLong(0); /* no whole frame yet */
     Gates g = {0};
-    int ok = read_gates(self, &g);
+    int ok = 1;
     while (ok > 0 && len - pos >= 4) {
         const unsigned char *frame = (const unsigned char *)PyByteArray_AS_STRING(buf) + pos;
         long long total = (uint32_t)get32(frame);
