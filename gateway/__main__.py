@@ -33,9 +33,14 @@ def main(argv: list[str] | None = None) -> None:
         from gateway.admin.cli import main as admin_main
 
         sys.exit(admin_main(argv[1:]))
+    if argv[:1] == ["console"]:  # rocketmq-gateway console -n NAMESRV: the cluster console
+        from gateway.console.server import main as console_main
+
+        sys.exit(console_main(argv[1:]))
     parser = argparse.ArgumentParser(
         prog="rocketmq-gateway",
-        description="NameServer + Broker in one process ('rocketmq-gateway admin --help' for the admin tools)",
+        description="NameServer + Broker in one process ('rocketmq-gateway admin --help' for the admin tools, "
+        "'rocketmq-gateway console --help' for the cluster console)",
     )
     # Options given win over the files; the files win over these defaults.
     parser.add_argument("--bind", help="address both servers listen on (default 127.0.0.1, or the files' bindAddress)")

@@ -1,0 +1,141 @@
+"""The console's page and action registry, and what a handler gets.
+
+A page is ``@page("/path")`` on ``def handler(view: View) -> Rendered``; an action is ``@action("/path")`` on
+``def handler(view: View) -> Done``. Handlers run in the reactor's thread pool and talk to the cluster with the
+blocking :class:`~gateway.admin.ext.AdminExt` in ``view.admin`` (pages: the console's own account; actions: the
+account logged in, or the console's when ACL is off), so a slow broker never holds the reactor.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gateway.remoting.message import decode_offset_message_id
+from gateway.remoting.names import group_problem, topic_problem
+
+if TYPE_CHECKING:
+    from gateway.admin.ext import AdminExt
+
+    from .charts import Sampler
+    from .settings import ConsoleSettings
+
+
+class BadRequest(ValueError):
+    """A query or form value the console cannot use: answered 400 with the message."""
+
+
+class Refused(Exception):
+    """An action the session may not run: answered 403 with the message."""
+
+
+@dataclass
+class Rendered:
+    """A page: its template, the values the template shows, and a title for the navigation bar."""
+
+    template: str
+    context: dict[str, Any] = field(default_factory=dict)
+    status: int = 200
+
+
+@dataclass
+class Done:
+    """An action's outcome: a line for the operator and the page to go back to (a path of this console)."""
+
+    message: str
+    back: str = "/"
+
+
+@dataclass
+class View:
+    """What a handler gets: the request's arguments (first value of each), the cluster, the settings and the
+    chart sampler."""
+
+    args: Mapping[str, str]
+    admin: AdminExt
+    settings: ConsoleSettings
+    sampler: Sampler | None = None
+
+    def text(self, name: str, default: str | None = None, max_length: int = 4096) -> str:
+        """A free-text argument; BadRequest when it is missing (and no default) or too long."""
+        value = self.args.get(name, default)
+        if value is None or (value == "" and default is None):
+            raise BadRequest(f"{name} is required")
+        if len(value) > max_length:
+            raise BadRequest(f"{name} is longer than {max_length} characters")
+        return value
+
+    def topic(self, name: str = "topic") -> str:
+        """A topic name, checked as the brokers check it."""
+        return _checked(self.text(name, max_length=255), topic_problem)
+
+    def group(self, name: str = "group") -> str:
+        """A consumer or producer group name, checked as the brokers check it."""
+        return _checked(self.text(name, max_length=255), group_problem)
+
+    def number(self, name: str, default: int | None = None, low: int = 0, high: int = 1 << 62) -> int:
+        """An integer argument in ``low``..``high``."""
+        raw = self.args.get(name)
+        if raw in (None, "") and default is not None:
+            return default
+        if raw is None or not re.fullmatch(r"-?\d{1,19}", raw):
+            raise BadRequest(f"{name} is not a number: {raw!r}")
+        value = int(raw)
+        if not low <= value <= high:
+            raise BadRequest(f"{name} is not in {low}..{high}: {value}")
+        return value
+
+    def offset_msg_id(self, name: str = "id") -> str:
+        """An offset message id (store host and commitlog offset, 32 hex digits)."""
+        value = self.text(name, max_length=40).strip()
+        try:
+            decode_offset_message_id(value)
+        except ValueError:
+            raise BadRequest(f"not an offset message id: {value}") from None
+        return value
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str:
+        """One of ``choices`` (the first when absent)."""
+        value = self.args.get(name) or choices[0]
+        if value not in choices:
+            raise BadRequest(f"{name} must be one of {', '.join(choices)}")
+        return value
+
+
+def _checked(value: str, problem: Callable[[str], str | None]) -> str:
+    reason = problem(value)
+    if reason is not None:
+        raise BadRequest(reason)
+    return value
+
+
+PageHandler = Callable[[View], Rendered]
+ActionHandler = Callable[[View], Done]
+PAGES: dict[str, PageHandler] = {}
+ACTIONS: dict[str, ActionHandler] = {}
+# The navigation bar: (path, label), in order.
+NAVIGATION: list[tuple[str, str]] = []
+
+
+def page(path: str, nav: str | None = None) -> Callable[[PageHandler], PageHandler]:
+    """Register a GET page at ``path``; ``nav``: its label in the navigation bar."""
+
+    def register(handler: PageHandler) -> PageHandler:
+        PAGES[path] = handler
+        if nav is not None:
+            NAVIGATION.append((path, nav))
+        return handler
+
+    return register
+
+
+def action(path: str) -> Callable[[ActionHandler], ActionHandler]:
+    """Register a POST action at ``path`` (CSRF-checked, and only for a session allowed to act)."""
+
+    def register(handler: ActionHandler) -> ActionHandler:
+        ACTIONS[path] = handler
+        return handler
+
+    return register

@@ -1,0 +1,93 @@
+"""Serving the console: :class:`ConsoleService` (a twisted.application service, also run inside a NameServer with
+``consoleEnable=true``) and ``rocketmq-gateway console -n NAMESRV`` (:func:`main`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.logger import Logger
+from twisted.web.server import Site
+
+from gateway.config import ConfigError
+
+from .settings import DEFAULT_PORT, ConsoleSettings
+from .web import ConsoleRequest, ConsoleResource
+
+log = Logger()
+
+
+class ConsoleService(Service):
+    """The console on ``settings.host:settings.port`` (0: a free port, written back to ``settings.port``)."""
+
+    def __init__(self, settings: ConsoleSettings, reactor: Any) -> None:
+        self.settings = settings
+        self.reactor = reactor
+        self.resource: ConsoleResource | None = None
+        self._port: Any = None
+
+    def startService(self) -> None:
+        super().startService()
+        self.resource = ConsoleResource(self.settings)
+        site = Site(self.resource)
+        site.requestFactory = ConsoleRequest
+        site.displayTracebacks = False
+        self._port = self.reactor.listenTCP(self.settings.port, site, interface=self.settings.host)
+        self.settings.port = self._port.getHost().port
+        log.info("console on {url}", url=self.url, console=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}/"
+
+    def stopService(self) -> Any:
+        super().stopService()
+        if self.resource is not None:
+            self.resource.access.close()
+        port, self._port = self._port, None
+        return port.stopListening() if port is not None else None
+
+
+def main(argv: list[str]) -> int:
+    """``rocketmq-gateway console``: the console against the cluster of ``-n``, until Ctrl-C."""
+    from gateway.logs import LogSettings, add_log_arguments, start_logging
+    from gateway.runner import run_services
+
+    parser = argparse.ArgumentParser(
+        prog="rocketmq-gateway console",
+        description="A web console for a RocketMQ cluster (ours or Apache's), found through its NameServers",
+    )
+    parser.add_argument("-n", "--namesrvAddr", required=True, help="NameServer list, host:port[;host:port]")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--writable", action="store_true", help="allow actions on a cluster without ACL")
+    parser.add_argument("--allow-remote", action="store_true", help="listen on a non-loopback address without ACL")
+    parser.add_argument("--accessKey", default=os.environ.get("ROCKETMQ_ACCESS_KEY"), help="ACL account to read with")
+    parser.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="its secret key")
+    parser.add_argument("--history-hours", type=int, default=3, help="hours of chart samples kept (default 3)")
+    add_log_arguments(parser)
+    args = parser.parse_args(argv)
+    settings = ConsoleSettings(
+        args.namesrvAddr,
+        host=args.host,
+        port=args.port,
+        writable=args.writable,
+        allow_remote=args.allow_remote,
+        access_key=args.accessKey,
+        secret_key=args.secretKey,
+        history_hours=args.history_hours,
+    )
+    try:
+        settings.check()
+    except ConfigError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 1
+    start_logging(LogSettings.from_args(args), "console.log")
+    run_services(
+        lambda reactor: [ConsoleService(settings, reactor)],
+        lambda services: f"rocketmq-gateway console ready: {services[0].url} for {settings.namesrv} (Ctrl-C stops)",
+    )
+    return 0

@@ -1,0 +1,25 @@
+"""The console's frame: pages over HTTP against a two-broker cluster, escaping, CSRF, read-only refusal."""
+
+from __future__ import annotations
+
+import pytest_twisted
+from twisted.internet.threads import deferToThread
+
+from .conftest import Cluster, http
+
+
+@pytest_twisted.ensureDeferred
+async def test_cluster_page_lists_both_brokers(cluster: Cluster) -> None:
+    base = cluster.console()
+    status, page = await deferToThread(http, f"{base}/")
+    assert status == 200, page
+    assert "DefaultCluster" in page and "broker-a" in page and "broker-b" in page
+    status, page = await deferToThread(http, f"{base}/no-such-page")
+    assert status == 404 and "no page /no-such-page" in page
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_post_without_the_session_token_is_refused(cluster: Cluster) -> None:
+    base = cluster.console(writable=True)
+    status, page = await deferToThread(http, f"{base}/logout", b"csrf=guess")
+    assert status == 403 and "stale or missing form token" in page
