@@ -307,9 +307,7 @@ def _path(request: Request) -> str:
 
 def _args(request: Request) -> dict[str, str]:
     """The first value of each argument (query string or form), as text."""
-    return {
-        k.decode("utf-8", "replace"): v[0].decode("utf-8", "replace") for k, v in (request.args or {}).items() if v
-    }
+    return {k.decode("utf-8", "replace"): v[0].decode("utf-8", "replace") for k, v in (request.args or {}).items() if v}
 
 
 def _redirect(request: Request, back: str) -> bytes:
