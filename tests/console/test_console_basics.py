@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
+from .browser import in_chromium, needs_chromium, shot
 from .conftest import Cluster, http
 
 
@@ -23,3 +26,17 @@ async def test_a_post_without_the_session_token_is_refused(cluster: Cluster) -> 
     base = cluster.console(writable=True)
     status, page = await deferToThread(http, f"{base}/logout", b"csrf=guess")
     assert status == 403 and "stale or missing form token" in page
+
+
+@needs_chromium
+@pytest_twisted.ensureDeferred
+async def test_the_cluster_page_in_chromium(cluster: Cluster) -> None:
+    base = cluster.console()
+
+    def steps(page: Any) -> str:
+        page.goto(f"{base}/")
+        shot(page, "cluster")
+        return page.inner_text("main")
+
+    text = await deferToThread(in_chromium, steps)
+    assert "broker-a" in text and "broker-b" in text
