@@ -1,3 +1,6 @@
 """Imports every page and action module, so each registers itself with :mod:`.routes`."""
 
-from . import cluster_pages  # noqa: F401
+from . import (
+    broker_pages,  # noqa: F401
+    cluster_pages,  # noqa: F401
+)

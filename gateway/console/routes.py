@@ -115,8 +115,9 @@ PageHandler = Callable[[View], Rendered]
 ActionHandler = Callable[[View], Done]
 PAGES: dict[str, PageHandler] = {}
 ACTIONS: dict[str, ActionHandler] = {}
-# The navigation bar: (path, label), in order.
+# The navigation bar: (path, label), in Dashboard's order whatever order the modules register in.
 NAVIGATION: list[tuple[str, str]] = []
+_NAV_ORDER = ("/", "/topics", "/groups", "/producers", "/messages", "/dlq", "/trace", "/charts")
 
 
 def page(path: str, nav: str | None = None) -> Callable[[PageHandler], PageHandler]:
@@ -126,6 +127,7 @@ def page(path: str, nav: str | None = None) -> Callable[[PageHandler], PageHandl
         PAGES[path] = handler
         if nav is not None:
             NAVIGATION.append((path, nav))
+            NAVIGATION.sort(key=lambda item: _NAV_ORDER.index(item[0]) if item[0] in _NAV_ORDER else len(_NAV_ORDER))
         return handler
 
     return register

@@ -40,3 +40,15 @@ async def test_the_cluster_page_in_chromium(cluster: Cluster) -> None:
 
     text = await deferToThread(in_chromium, steps)
     assert "broker-a" in text and "broker-b" in text
+
+
+@pytest_twisted.ensureDeferred
+async def test_broker_page_shows_status_and_config_of_known_brokers_only(cluster: Cluster) -> None:
+    base = cluster.console()
+    addr = cluster.brokers["broker-b"].config.broker_addr
+    status, page = await deferToThread(http, f"{base}/broker?addr={addr}")
+    assert status == 200, page
+    assert "Broker broker-b" in page and "brokerVersionDesc" in page and "<td>brokerName</td><td>broker-b</td>" in page
+    # An address the NameServers do not list is never dialled from a query string.
+    status, page = await deferToThread(http, f"{base}/broker?addr=127.0.0.1:22")
+    assert status == 400 and "no broker at 127.0.0.1:22 in the cluster" in page
