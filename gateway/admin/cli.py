@@ -69,7 +69,7 @@ def command(name: str, summary: str, options: Callable[[argparse.ArgumentParser]
 
 
 @dataclass
-class _Table:
+class Table:
     """Rows for a table, and the lines printed under it (label → value); ``--json`` prints the rows, or an
     object of them (under ``name``) and the lines' values when there are lines."""
 
@@ -212,7 +212,7 @@ def cluster_list(admin: Session, args: argparse.Namespace) -> Any:
                         "activated": rt["brokerActive"] == "true" if "brokerActive" in rt else None,
                     }
                 )
-    return _Table(rows, ["cluster", "brokerName", "bid", "addr", "version", "inTPS", "outTPS", "activated"])
+    return Table(rows, ["cluster", "brokerName", "bid", "addr", "version", "inTPS", "outTPS", "activated"])
 
 
 def _tps(figures: str | None) -> float | None:
@@ -251,7 +251,7 @@ def topic_status(admin: Session, args: argparse.Namespace) -> Any:
                 }
             )
     rows.sort(key=lambda r: (r["brokerName"], r["queueId"]))
-    return _Table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"])
+    return Table(rows, ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"])
 
 
 def _update_topic_args(p: argparse.ArgumentParser) -> None:
@@ -409,7 +409,7 @@ def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
     rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
     headers = ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "inflight", "lastTime"]
     tail = {"Diff Total": total_diff, "Inflight Total": total_inflight}
-    return _Table(rows, headers, tail, "offsetTable")
+    return Table(rows, headers, tail, "offsetTable")
 
 
 @command("consumerConnection", "a group's clients", lambda p: p.add_argument("-g", "--consumerGroup", required=True))
@@ -428,7 +428,7 @@ def consumer_connection(admin: Session, args: argparse.Namespace) -> Any:
             for c in body.get("connectionSet", [])
         ]
         tail = {k[0].upper() + k[1:]: body.get(k) for k in ("consumeType", "messageModel", "consumeFromWhere")}
-        return _Table(rows, ["clientId", "clientAddr", "language", "version"], tail, "connectionSet")
+        return Table(rows, ["clientId", "clientAddr", "language", "version"], tail, "connectionSet")
     raise CommandFailed(f"consumer group {args.consumerGroup} not found (no %RETRY% route)")
 
 
@@ -453,7 +453,7 @@ def producer_connection(admin: Session, args: argparse.Namespace) -> Any:
         )
     if not rows and not admin.errors:
         raise CommandFailed(f"Not found the producer group connection: {args.producerGroup}")
-    return _Table(rows, ["clientId", "clientAddr", "language", "version"])
+    return Table(rows, ["clientId", "clientAddr", "language", "version"])
 
 
 # -- brokers
@@ -521,7 +521,7 @@ def _key_args(p: argparse.ArgumentParser) -> None:
 def query_msg_by_key(admin: Session, args: argparse.Namespace) -> Any:
     msgs = admin.query_message(args.topic, args.msgKey)
     rows = [{"msgId": m.client_msg_id, "queueId": m.queue_id, "queueOffset": m.queue_offset} for m in msgs]
-    return _Table(rows, ["msgId", "queueId", "queueOffset"])
+    return Table(rows, ["msgId", "queueId", "queueOffset"])
 
 
 def _unique_args(p: argparse.ArgumentParser) -> None:
@@ -569,7 +569,7 @@ def reset_offset_by_time(admin: Session, args: argparse.Namespace) -> Any:
         progress(f"{name}: {len(table)} queue(s) reset")
     if not any(isinstance(e, AdminError) and e.code == ResponseCode.CONSUMER_NOT_ONLINE for e in errors):
         admin.errors.extend(errors)
-        return _Table(rows, ["brokerName", "queueId", "offset"])
+        return Table(rows, ["brokerName", "queueId", "offset"])
     # As mqadmin: with no consumer online the offsets are committed on every broker instead
     # (resetOffsetByTimeOld), where the group's consumers read them when they start.
     progress(f"no consumer of {args.group} online: committing the offsets on the brokers")
@@ -580,7 +580,7 @@ def reset_offset_by_time(admin: Session, args: argparse.Namespace) -> Any:
             rows.extend(rollback)
             progress(f"{name}: {len(rollback)} queue(s) reset")
     headers = ["brokerName", "queueId", "brokerOffset", "consumerOffset", "timestampOffset", "rollbackOffset"]
-    return _Table(rows, headers)
+    return Table(rows, headers)
 
 
 def _send_args(p: argparse.ArgumentParser) -> None:
@@ -618,7 +618,7 @@ def send_message(admin: Session, args: argparse.Namespace) -> Any:
     ext = response.ext_fields or {}
     row = {"brokerName": name, "queueId": int(ext.get("queueId", args.qid)), "sendStatus": "SEND_OK",
            "msgId": props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "offsetMsgId": ext.get("msgId")}  # fmt: skip
-    return _Table([row], list(row))
+    return Table([row], list(row))
 
 
 def _range_args(p: argparse.ArgumentParser) -> None:
@@ -705,7 +705,7 @@ def _emit(result: Any, as_json: bool) -> None:
             count += 1
         print("]" if as_json else f"{count} message(s)")
         return
-    if isinstance(result, _Table):
+    if isinstance(result, Table):
         if as_json:
             print(json.dumps(result.json(), indent=2, default=str))
             return

@@ -168,6 +168,23 @@ class AdminExt:
         ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
         return self.body(self.call(addr, RequestCode.GET_CONSUME_STATS, ext))
 
+    def groups_of_topic(self, addr: str, topic: str) -> list[str]:
+        """QUERY_TOPIC_CONSUME_BY_WHO: the groups with offsets of, or subscriptions to, ``topic`` on a broker."""
+        return self.body(self.call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}))["groupList"]
+
+    def subscription_groups(self, addr: str) -> dict[str, dict[str, Any]]:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG: group name → SubscriptionGroupConfig, of one broker."""
+        return self.body(self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))["subscriptionGroupTable"]
+
+    def consumer_connections(self, addr: str, group: str) -> dict[str, Any]:
+        """GET_CONSUMER_CONNECTION_LIST: a group's clients, consume type, model and subscriptions on a broker
+        (empty when none is online there)."""
+        ext = {"consumerGroup": group}
+        response = self.call(
+            addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, ext, ok=(0, ResponseCode.CONSUMER_NOT_ONLINE)
+        )
+        return self.body(response) if response.code == ResponseCode.SUCCESS else {}
+
     def pull(
         self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int = 32
     ) -> tuple[int, list[MessageExt]]:

@@ -1,6 +1,9 @@
 """Imports every page and action module, so each registers itself with :mod:`.routes`."""
 
-from . import (
-    broker_pages,  # noqa: F401
-    cluster_pages,  # noqa: F401
+from . import (  # noqa: F401
+    broker_pages,
+    cluster_pages,
+    group_pages,
+    producer_pages,
+    topic_pages,
 )

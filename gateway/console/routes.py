@@ -1,9 +1,10 @@
 """The console's page and action registry, and what a handler gets.
 
 A page is ``@page("/path")`` on ``def handler(view: View) -> Rendered``; an action is ``@action("/path")`` on
-``def handler(view: View) -> Done``. Handlers run in the reactor's thread pool and talk to the cluster with the
-blocking :class:`~gateway.admin.ext.AdminExt` in ``view.admin`` (pages: the console's own account; actions: the
-account logged in, or the console's when ACL is off), so a slow broker never holds the reactor.
+``def handler(view: View) -> Done``. Handlers run in the reactor's thread pool, so a slow broker never holds the
+reactor, and talk to the cluster with the blocking mqadmin :class:`~gateway.admin.cli.Session` in ``view.admin``
+(its commands give the pages their tables): the console's own account for pages; for actions, the account logged
+in, or the console's when ACL is off.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gateway.remoting.message import decode_offset_message_id
 from gateway.remoting.names import group_problem, topic_problem
 
 if TYPE_CHECKING:
-    from gateway.admin.ext import AdminExt
+    from gateway.admin.cli import Session
 
     from .charts import Sampler
     from .settings import ConsoleSettings
@@ -54,7 +55,7 @@ class View:
     chart sampler."""
 
     args: Mapping[str, str]
-    admin: AdminExt
+    admin: Session
     settings: ConsoleSettings
     sampler: Sampler | None = None
 

@@ -23,6 +23,7 @@ from twisted.logger import Logger
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
+from gateway.admin.cli import Session
 from gateway.admin.ext import AdminError, AdminExt
 from gateway.remoting.codes import RequestCode
 
@@ -108,30 +109,32 @@ class ConsoleRequest(Request):
 
 
 class ClusterAccess:
-    """Blocking AdminExt per pool thread for reading (signed with the console's account when ACL is on), and
-    one per action for the account acting."""
+    """A blocking mqadmin :class:`~gateway.admin.cli.Session` per pool thread for reading (signed with the
+    console's account when ACL is on), and one per action for the account acting."""
 
     def __init__(self, settings: ConsoleSettings) -> None:
         self.settings = settings
         self._local = threading.local()
-        self._all: list[AdminExt] = []
+        self._all: list[Session] = []
         self._lock = threading.Lock()
 
-    def reader(self) -> AdminExt:
+    def reader(self) -> Session:
+        """This thread's session, its errors cleared."""
         admin = getattr(self._local, "admin", None)
         if admin is None:
             s = self.settings
-            admin = self._local.admin = AdminExt(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
+            admin = self._local.admin = Session(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
             with self._lock:
                 self._all.append(admin)
+        admin.errors.clear()
         return admin
 
-    def acting(self, account: Account | None) -> AdminExt:
-        """An AdminExt for one action (closed by the caller): the account's when given, else the console's."""
+    def acting(self, account: Account | None) -> Session:
+        """A session for one action (closed by the caller): the account's when given, else the console's."""
         s = self.settings
         if account is not None:
-            return AdminExt(s.namesrv, access_key=account.access_key, secret_key=account.secret_key)
-        return AdminExt(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
+            return Session(s.namesrv, access_key=account.access_key, secret_key=account.secret_key)
+        return Session(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
 
     def close(self) -> None:
         with self._lock:
@@ -189,7 +192,7 @@ class ConsoleResource(Resource):
             return self._page(request, session, Rendered("error.html", {"error": f"no page {path}"}, 404))
         # The reader is per pool thread: it is taken in the thread that runs the page.
         view = View(_args(request), None, self.settings, self.sampler)  # type: ignore[arg-type]
-        return self._run(request, session, lambda: handler(self._reading(view)))
+        return self._run(request, session, lambda: self._read(handler, view))
 
     def render_POST(self, request: Request) -> Any:
         session = self.sessions.get(request)
@@ -215,9 +218,12 @@ class ConsoleResource(Resource):
 
     # -- work in the thread pool
 
-    def _reading(self, view: View) -> View:
+    def _read(self, handler: routes.PageHandler, view: View) -> Rendered:
         view.admin = self.access.reader()
-        return view
+        page = handler(view)
+        # The parts that failed (a broker down) are listed above what the others gave.
+        page.context.setdefault("errors", [str(e) for e in view.admin.errors])
+        return page
 
     def _act(self, handler: routes.ActionHandler, session: ConsoleSession, args: dict[str, str]) -> Done:
         admin = self.access.acting(session.account)

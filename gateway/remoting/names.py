@@ -114,6 +114,27 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
+# MixAll's groups of the tools and of ONS, and CID_SYS_RMQ_TRANS (the transaction check-back group).
+SYSTEM_GROUPS = frozenset(
+    {
+        "TOOLS_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PULL",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_SYS_RMQ_TRANS",
+    }
+)
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
+def is_system_group(group: str) -> bool:
+    """MixAll.isSysConsumerGroup, and the fixed groups Dashboard lists as system groups."""
+    return group in SYSTEM_GROUPS or group.startswith(SYSTEM_GROUP_PREFIX)
+
+
 def _shown(name: str) -> str:
     # A remark echoes the name, but never a huge one nor raw control characters.
     text = name if len(name) <= 300 else name[:300] + "..."

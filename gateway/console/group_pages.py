@@ -1,0 +1,101 @@
+"""Consumer groups: every subscription group with its clients and lag, and one group's progress per queue,
+clients (language, version), subscriptions and config."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gateway.admin.cli import consumer_progress
+from gateway.remoting.names import is_system_group
+
+from .routes import Rendered, View, page
+
+# A page of groups asks every master for each group's figures: at most this many groups a page.
+GROUPS_A_PAGE = 100
+
+
+@page("/groups", nav="Consumers")
+def groups(view: View) -> Rendered:
+    kind = view.choice("kind", ("normal", "system"))
+    needle = view.text("filter", default="", max_length=255)
+    admin = view.admin
+    masters = admin.master_addrs()
+    configs: dict[str, dict[str, Any]] = {}
+    for addr in masters.values():
+        with admin.part():
+            for name, config in admin.subscription_groups(addr).items():
+                configs.setdefault(name, config)
+    names = sorted(n for n in configs if (kind == "system") == is_system_group(n) and needle in n)
+    shown = names[:GROUPS_A_PAGE]
+    rows = [_summary(view, name, masters) for name in shown]
+    return Rendered(
+        "groups.html",
+        {"title": "Consumers", "groups": rows, "kind": kind, "filter": needle, "more": len(names) - len(shown)},
+    )
+
+
+def _summary(view: View, group: str, masters: dict[str, str]) -> dict[str, Any]:
+    admin = view.admin
+    row: dict[str, Any] = {"group": group, "clients": 0, "consumeType": None, "messageModel": None, "version": None}
+    row |= {"consumeTps": 0.0, "lag": 0}
+    for addr in masters.values():
+        with admin.part():
+            stats = admin.consume_stats(addr, group)
+            row["consumeTps"] += stats.get("consumeTps", 0)
+            row["lag"] += sum(r["brokerOffset"] - r["consumerOffset"] for r in stats.get("offsetTable", {}).values())
+        with admin.part():
+            conn = admin.consumer_connections(addr, group)
+            if conn:
+                clients = conn.get("connectionSet", [])
+                row["clients"] = max(row["clients"], len(clients))
+                row["consumeType"] = conn.get("consumeType")
+                row["messageModel"] = conn.get("messageModel")
+                row["version"] = min((c["version"] for c in clients), default=None)
+    row["consumeTps"] = round(row["consumeTps"], 2)
+    return row
+
+
+@page("/group")
+def group(view: View) -> Rendered:
+    name = view.group()
+    admin = view.admin
+    progress = consumer_progress(admin, argparse.Namespace(groupName=name, topicName=None))
+    masters = admin.master_addrs()
+    clients: dict[str, dict[str, Any]] = {}
+    subscriptions: dict[str, dict[str, Any]] = {}
+    about: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    for addr in masters.values():
+        with admin.part():
+            conn = admin.consumer_connections(addr, name)
+            for c in conn.get("connectionSet", []):
+                clients[c["clientId"]] = {k: c[k] for k in ("clientId", "clientAddr", "language", "version")}
+            for topic, sub in conn.get("subscriptionTable", {}).items():
+                subscriptions[topic] = {
+                    "topic": topic,
+                    "subString": sub.get("subString"),
+                    "expressionType": sub.get("expressionType", "TAG"),
+                }
+            for key in ("consumeType", "messageModel", "consumeFromWhere"):
+                if conn.get(key):
+                    about[key] = conn[key]
+        with admin.part():
+            found = admin.subscription_groups(addr).get(name)
+            if found and not config:
+                config = dict(sorted(found.items()))
+    tps = 0.0
+    for addr in masters.values():
+        with admin.part():
+            tps += admin.consume_stats(addr, name).get("consumeTps", 0)
+    return Rendered(
+        "group.html",
+        {
+            "title": f"Consumer group {name}",
+            "group": {"groupName": name, **about, "consumeTps": round(tps, 2)},
+            "progress": progress,
+            "clients": sorted(clients.values(), key=lambda c: c["clientId"]),
+            "subscriptions": sorted(subscriptions.values(), key=lambda s: s["topic"]),
+            "config": config,
+        },
+    )

@@ -1,0 +1,99 @@
+"""The console's cluster, topic, consumer-group and producer pages in Chromium, against two brokers with traffic
+from the Python client and the C++ client (``rocketmq==0.4.4``, a child process)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+from twisted.internet.threads import deferToThread
+
+from compat_tests.test_cpp_client import _command, _env, produce
+from gateway.client import ConsumeStatus, Producer, PushConsumer, build_message
+
+from .browser import ROOT, in_chromium, needs_chromium, shot
+from .conftest import Cluster, http, wait_until
+
+
+def _cpp_consumer(tmp_path: Path, cluster: Cluster, topic: str, group: str) -> subprocess.Popen[str]:
+    """The C++ push consumer of ``group``, online until its stdin is closed."""
+    cmd = _command("consume", cluster, topic, group, 60, "--expect", 0)
+    return subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        env=_env(tmp_path / "home-cpp-consumer"), cwd=ROOT,
+    )  # fmt: skip
+
+
+@needs_chromium
+@pytest_twisted.ensureDeferred
+async def test_pages_show_both_brokers_and_both_clients(cluster: Cluster, tmp_path: Path) -> None:
+    topic, group = "ConsolePagesTopic", "ConsolePagesCG"
+    await cluster.admin.create_topic(topic, 2)
+    producer = Producer("ConsolePagesPG", cluster.namesrv_addr)
+    await producer.start()
+    received: list[Any] = []
+    consumer = PushConsumer(group, cluster.namesrv_addr)
+    consumer.subscribe(topic, "*")
+    consumer.register_message_listener(lambda msgs: received.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    cpp = None
+    try:
+        for i in range(12):
+            assert (await producer.send(build_message(topic, b"python %d" % i, keys=f"k{i}"))).msg_id
+        await deferToThread(produce, tmp_path, cluster, topic, "console", 8)
+        await consumer.start()
+        await wait_until(lambda: len(received) >= 20, 20, "the Python consumer got the 20 messages")
+        cpp = _cpp_consumer(tmp_path, cluster, topic, "ConsoleCppCG")
+        await wait_until(lambda: _online(cluster, "ConsoleCppCG"), 30, "the C++ consumer online")
+        base = cluster.console()
+
+        def steps(page: Any) -> dict[str, str]:
+            seen = {}
+            for name, path in (
+                ("cluster", "/"),
+                ("topics", "/topics"),
+                ("topic", f"/topic?topic={topic}"),
+                ("groups", "/groups"),
+                ("group", f"/group?group={group}"),
+                ("cpp_group", "/group?group=ConsoleCppCG"),
+                ("producers", f"/producers?topic={topic}&group=ConsolePagesPG"),
+            ):
+                page.goto(base + path)
+                shot(page, f"pages-{name}")
+                seen[name] = page.inner_text("main")
+            return seen
+
+        seen = await deferToThread(in_chromium, steps)
+    finally:
+        if cpp is not None:
+            cpp.stdin.close()  # type: ignore[union-attr]
+            await deferToThread(cpp.wait, 30)
+        await consumer.shutdown()
+        await producer.shutdown()
+    assert "broker-a" in seen["cluster"] and "broker-b" in seen["cluster"] and "MASTER" in seen["cluster"]
+    assert topic in seen["topics"]
+    # 20 messages over 2 queues on each of the 2 brokers: the status lists the 4 queues, the route both brokers.
+    assert seen["topic"].count("broker-a") >= 2 and seen["topic"].count("broker-b") >= 2
+    assert group in seen["topic"] and "ConsoleCppCG" in seen["topic"]
+    assert group in seen["groups"] and "ConsoleCppCG" in seen["groups"]
+    assert "JAVA" in seen["group"] or "PYTHON" in seen["group"]
+    assert "CPP" in seen["cpp_group"]
+    assert "ConsolePagesPG" in seen["producers"] or "clientId" in seen["producers"]
+
+
+def _online(cluster: Cluster, group: str) -> bool:
+    return any(group in b.consumers.table for b in cluster.brokers.values())
+
+
+@pytest_twisted.ensureDeferred
+async def test_bad_names_are_400_and_hostile_values_are_escaped(cluster: Cluster) -> None:
+    base = cluster.console()
+    status, page = await deferToThread(http, f"{base}/topic?topic=..%2Fetc")
+    assert status == 400 and "contains illegal characters" in page
+    status, page = await deferToThread(http, f"{base}/group?group=%3Cscript%3E")
+    assert status == 400 and "<script>" not in page and "&lt;script&gt;" in page
+    status, page = await deferToThread(http, f"{base}/topics?filter=%3Cb%3Ex")
+    assert status == 200 and "<b>x" not in page and "&lt;b&gt;x" in page
+    status, page = await deferToThread(http, f"{base}/topics?kind=nope")
+    assert status == 400 and "kind must be one of" in page
