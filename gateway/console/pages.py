@@ -4,6 +4,7 @@ from . import (  # noqa: F401
     broker_pages,
     cluster_pages,
     group_pages,
+    message_pages,
     producer_pages,
     topic_pages,
 )

@@ -177,6 +177,7 @@ class ConsoleResource(Resource):
             autoescape=select_autoescape(default=True, default_for_string=True),
             trim_blocks=True,
             lstrip_blocks=True,
+            finalize=_shown,
         )
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
 
@@ -304,6 +305,13 @@ class ConsoleResource(Resource):
         request.setHeader(b"content-type", kind)
         request.setHeader(b"x-content-type-options", b"nosniff")
         return source.read_bytes()
+
+
+def _shown(value: Any) -> Any:
+    """Values as RocketMQ's tools print them: Java's booleans, ``-`` for none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "-" if value is None else value
 
 
 def _path(request: Request) -> str:

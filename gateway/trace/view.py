@@ -46,6 +46,19 @@ def trace_views(trace_messages: Iterable[MessageExt], msg_id: str) -> list[Trace
     return views
 
 
+def trace_records(trace_messages: Iterable[MessageExt], msg_id: str) -> list[tuple[TraceRecord, str]]:
+    """Every record of ``msg_id`` (Pub, SubBefore, SubAfter, EndTransaction) with the host that wrote it,
+    in time order: what a timeline of the message draws."""
+    found = []
+    for m in trace_messages:
+        if msg_id not in (m.keys or "").split(" "):
+            continue
+        host = m.born_host.rsplit(":", 1)[0]
+        records = decode_body(m.body)
+        found.extend((r, host) for r in records if not isinstance(r, TraceFormatError) and r.msg_id == msg_id)
+    return sorted(found, key=lambda item: item[0].timestamp or 0)
+
+
 def _view(r: TraceRecord, host: str) -> TraceView:
     return TraceView(r.trace_type, r.group or "", host, r.timestamp or 0, r.cost_time or 0, bool(r.success))
 
