@@ -18,12 +18,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any, NoReturn
 
-from gateway.client.message_id import create_uniq_id
 from gateway.remoting import fastjson
 from gateway.remoting.bodies import GroupRetryPolicy, SubscriptionGroupConfig
 from gateway.remoting.codes import PermName, RequestCode, ResponseCode
-from gateway.remoting.headers import SendMessageRequestHeader
-from gateway.remoting.message import MessageConst, MessageExt, properties_to_string
+from gateway.remoting.message import MessageConst, MessageExt
 from gateway.trace.view import format_trace_views, trace_views
 
 from .ext import AdminError, AdminExt, check_addr, namesrv_addrs
@@ -593,32 +591,9 @@ def _send_args(p: argparse.ArgumentParser) -> None:
 
 @command("sendMessage", "send one message", _send_args)
 def send_message(admin: Session, args: argparse.Namespace) -> Any:
-    masters = admin.route_masters(args.topic)
-    if not masters:
-        raise CommandFailed(f"no route for topic {args.topic}")
-    name, addr = next(iter(masters.items()))
-    props = {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: create_uniq_id(), MessageConst.WAIT_STORE_MSG_OK: "true"}
-    if args.key:
-        props[MessageConst.KEYS] = args.key
-    if args.tags:
-        props[MessageConst.TAGS] = args.tags
-    header = SendMessageRequestHeader(
-        producer_group="TOOLS_PRODUCER",
-        topic=args.topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
-        queue_id=args.qid,
-        sys_flag=0,
-        born_timestamp=int(time.time() * 1000),
-        flag=0,
-        properties=properties_to_string(props),
-        reconsume_times=0,
-    ).encode_v2()
-    response = admin.call(addr, RequestCode.SEND_MESSAGE_V2, header, args.body.encode())
-    ext = response.ext_fields or {}
-    row = {"brokerName": name, "queueId": int(ext.get("queueId", args.qid)), "sendStatus": "SEND_OK",
-           "msgId": props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "offsetMsgId": ext.get("msgId")}  # fmt: skip
-    return Table([row], list(row))
+    props = {MessageConst.KEYS: args.key, MessageConst.TAGS: args.tags}
+    sent = admin.send_message(args.topic, args.body.encode(), {k: v for k, v in props.items() if v}, args.qid)
+    return Table([sent], list(sent))
 
 
 def _range_args(p: argparse.ArgumentParser) -> None:

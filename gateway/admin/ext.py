@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from gateway.acl.signer import SessionCredentials
+from gateway.client.message_id import create_uniq_id
 from gateway.remoting import fastjson
 from gateway.remoting.blocking import BlockingConnection
 from gateway.remoting.client import split_addr
@@ -21,9 +22,16 @@ from gateway.remoting.headers import (
     PullSysFlag,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
+    SendMessageRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
-from gateway.remoting.message import MessageExt, decode_offset_message_id, decode_records
+from gateway.remoting.message import (
+    MessageConst,
+    MessageExt,
+    decode_offset_message_id,
+    decode_records,
+    properties_to_string,
+)
 
 MASTER_ID = 0
 
@@ -249,6 +257,39 @@ class AdminExt:
                 offset = next_offset
             if progress is not None:
                 progress(done + 1, len(queues))
+
+    def send_message(
+        self, topic: str, body: bytes, properties: dict[str, str], queue_id: int = 0, group: str = "TOOLS_PRODUCER"
+    ) -> dict[str, Any]:
+        """SEND_MESSAGE_V2 of one message to queue ``queue_id`` of the topic's first master, as mqadmin
+        sendMessage does; a SendResult row (brokerName, queueId, sendStatus, msgId, offsetMsgId)."""
+        masters = self.route_masters(topic)
+        if not masters:
+            raise ConnectionError(f"no route for topic {topic}")
+        name, addr = next(iter(masters.items()))
+        msg_id = create_uniq_id()
+        props = {MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: msg_id, MessageConst.WAIT_STORE_MSG_OK: "true"}
+        header = SendMessageRequestHeader(
+            producer_group=group,
+            topic=topic,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=queue_id,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0,
+            properties=properties_to_string(props | properties),
+            reconsume_times=0,
+        ).encode_v2()
+        ext = self.call(addr, RequestCode.SEND_MESSAGE_V2, header, body).ext_fields or {}
+        return {"brokerName": name, "queueId": int(ext.get("queueId", queue_id)), "sendStatus": "SEND_OK",
+                "msgId": msg_id, "offsetMsgId": ext.get("msgId")}  # fmt: skip
+
+    def consume_message_directly(self, addr: str, group: str, client_id: str, offset_msg_id: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY: the broker at ``addr`` hands its message ``offset_msg_id`` to a client of
+        ``group`` to consume now; the client's ConsumeMessageDirectlyResult."""
+        ext = {"consumerGroup": group, "clientId": client_id, "msgId": offset_msg_id}
+        return self.body(self.call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, ext))
 
     def view_message(self, offset_msg_id: str) -> MessageExt:
         """A message by its offsetMsgId, from the broker the id names."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gateway.admin.cli import consumer_progress
+from gateway.admin.cli import Table, consumer_progress
 from gateway.remoting.names import is_system_group
 
 from .routes import Rendered, View, page
@@ -60,7 +60,10 @@ def _summary(view: View, group: str, masters: dict[str, str]) -> dict[str, Any]:
 def group(view: View) -> Rendered:
     name = view.group()
     admin = view.admin
-    progress = consumer_progress(admin, argparse.Namespace(groupName=name, topicName=None))
+    # A group that never consumed has no %RETRY% route: its progress is empty, the rest of the page still shows.
+    progress = Table([], [], {"Diff Total": 0, "Inflight Total": 0})
+    with admin.part():
+        progress = consumer_progress(admin, argparse.Namespace(groupName=name, topicName=None))
     masters = admin.master_addrs()
     clients: dict[str, dict[str, Any]] = {}
     subscriptions: dict[str, dict[str, Any]] = {}

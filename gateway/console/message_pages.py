@@ -12,28 +12,13 @@ from gateway.remoting.message import MessageExt
 from gateway.remoting.names import DLQ_GROUP_TOPIC_PREFIX, TRACE_TOPIC
 from gateway.trace.view import trace_records
 
-from .routes import BadRequest, Rendered, View, page
+from .routes import Rendered, View, page
 
 # Bounds of one page: messages shown, and messages read from each queue of a time range.
 MESSAGES_A_PAGE = 64
 READ_A_QUEUE = 32
 BODY_SHOWN = 64 * 1024
 _HOUR_MS = 3_600_000
-
-
-def _time(view: View, name: str, default: int) -> int:
-    """ms since the epoch, or a local time as a browser's datetime-local field gives it (yyyy-MM-ddTHH:mm[:ss])."""
-    raw = (view.args.get(name) or "").strip()
-    if not raw:
-        return default
-    if raw.isdigit():
-        return int(raw)
-    for fmt in ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return int(datetime.strptime(raw, fmt).timestamp() * 1000)
-        except ValueError:
-            continue
-    raise BadRequest(f"{name} is not a time: {raw!r} (ms since the epoch or yyyy-MM-ddTHH:mm)")
 
 
 def _local(ms: int) -> str:
@@ -94,7 +79,7 @@ def messages(view: View) -> Rendered:
     elif view.args.get("topic"):
         topic = view.topic()
         found, context["more"] = messages_between(
-            view, topic, _time(view, "begin", now - _HOUR_MS), _time(view, "end", now + 60_000)
+            view, topic, view.time("begin", now - _HOUR_MS), view.time("end", now + 60_000)
         )
     else:
         return Rendered("messages.html", context)
@@ -216,7 +201,7 @@ def dlq(view: View) -> Rendered:
         context["found"], context["none"] = [], f"group {group} has no dead-letter topic {topic}"
         return Rendered("dlq.html", context)
     found, context["more"] = messages_between(
-        view, topic, _time(view, "begin", now - 24 * _HOUR_MS), _time(view, "end", now + 60_000)
+        view, topic, view.time("begin", now - 24 * _HOUR_MS), view.time("end", now + 60_000)
     )
     context["group"] = group
     context["found"] = [_row(m) | {"originTopic": m.properties.get("RETRY_TOPIC")} for m in found]

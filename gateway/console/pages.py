@@ -1,6 +1,7 @@
 """Imports every page and action module, so each registers itself with :mod:`.routes`."""
 
 from . import (  # noqa: F401
+    actions,
     broker_pages,
     cluster_pages,
     group_pages,

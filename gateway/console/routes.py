@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gateway.remoting.message import decode_offset_message_id
@@ -96,6 +97,23 @@ class View:
         except ValueError:
             raise BadRequest(f"not an offset message id: {value}") from None
         return value
+
+    def time(self, name: str, default: int | None = None) -> int:
+        """ms since the epoch, or a local time as a browser's datetime-local field gives it
+        (``yyyy-MM-ddTHH:mm[:ss]``)."""
+        raw = (self.args.get(name) or "").strip()
+        if not raw:
+            if default is None:
+                raise BadRequest(f"{name} is required")
+            return default
+        if raw.isdigit() and len(raw) < 19:
+            return int(raw)
+        for fmt in ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"):
+            try:
+                return int(datetime.strptime(raw, fmt).timestamp() * 1000)
+            except ValueError:
+                continue
+        raise BadRequest(f"{name} is not a time: {raw[:64]!r} (ms since the epoch or yyyy-MM-ddTHH:mm)")
 
     def choice(self, name: str, choices: tuple[str, ...]) -> str:
         """One of ``choices`` (the first when absent)."""
