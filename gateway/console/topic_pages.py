@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from gateway.admin.cli import topic_status
+from gateway.admin.cli import Table, topic_status
 from gateway.remoting.codes import PermName
 from gateway.remoting.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
 
@@ -37,7 +37,11 @@ def topics(view: View) -> Rendered:
 def topic(view: View) -> Rendered:
     name = view.topic()
     admin = view.admin
-    route = admin.topic_route(name)
+    # A topic just created is routed once its brokers register again: until then the page says so and shows
+    # what it can.
+    route: dict[str, Any] = {}
+    with admin.part():
+        route = admin.topic_route(name)
     masters = admin.route_masters(name, route)
     queue_datas = sorted(route.get("queueDatas", []), key=lambda qd: qd["brokerName"])
     brokers = {bd["brokerName"]: bd.get("brokerAddrs", {}) for bd in route.get("brokerDatas", [])}
@@ -52,7 +56,9 @@ def topic(view: View) -> Rendered:
         }
         for qd in queue_datas
     ]
-    status = topic_status(admin, argparse.Namespace(topic=name))
+    status = Table([], ["brokerName", "queueId", "minOffset", "maxOffset", "lastUpdated"])
+    if masters:
+        status = topic_status(admin, argparse.Namespace(topic=name))
     groups: dict[str, dict[str, Any]] = {}
     for addr in masters.values():
         with admin.part():
