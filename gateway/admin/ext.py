@@ -176,6 +176,10 @@ class AdminExt:
         ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
         return self.body(self.call(addr, RequestCode.GET_CONSUME_STATS, ext))
 
+    def broker_consume_stats(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_CONSUME_STATS: every group's ConsumeStats per topic on a broker (ConsumeStatsList)."""
+        return self.body(self.call(addr, RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))
+
     def groups_of_topic(self, addr: str, topic: str) -> list[str]:
         """QUERY_TOPIC_CONSUME_BY_WHO: the groups with offsets of, or subscriptions to, ``topic`` on a broker."""
         return self.body(self.call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic}))["groupList"]

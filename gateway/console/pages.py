@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     actions,
     broker_pages,
+    charts,
     cluster_pages,
     group_pages,
     message_pages,

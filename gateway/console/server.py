@@ -14,6 +14,7 @@ from twisted.web.server import Site
 
 from gateway.config import ConfigError
 
+from .charts import SAMPLE_SECONDS, Sampler
 from .settings import DEFAULT_PORT, ConsoleSettings
 from .web import ConsoleRequest, ConsoleResource
 
@@ -23,20 +24,22 @@ log = Logger()
 class ConsoleService(Service):
     """The console on ``settings.host:settings.port`` (0: a free port, written back to ``settings.port``)."""
 
-    def __init__(self, settings: ConsoleSettings, reactor: Any) -> None:
+    def __init__(self, settings: ConsoleSettings, reactor: Any, sample_seconds: float = SAMPLE_SECONDS) -> None:
         self.settings = settings
         self.reactor = reactor
+        self.sampler = Sampler(settings, reactor, sample_seconds)
         self.resource: ConsoleResource | None = None
         self._port: Any = None
 
     def startService(self) -> None:
         super().startService()
-        self.resource = ConsoleResource(self.settings)
+        self.resource = ConsoleResource(self.settings, self.sampler)
         site = Site(self.resource)
         site.requestFactory = ConsoleRequest
         site.displayTracebacks = False
         self._port = self.reactor.listenTCP(self.settings.port, site, interface=self.settings.host)
         self.settings.port = self._port.getHost().port
+        self.sampler.start()
         log.info("console on {url}", url=self.url, console=True)
 
     @property
@@ -45,6 +48,7 @@ class ConsoleService(Service):
 
     def stopService(self) -> Any:
         super().stopService()
+        self.sampler.stop()
         if self.resource is not None:
             self.resource.access.close()
         port, self._port = self._port, None

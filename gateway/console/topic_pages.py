@@ -7,29 +7,43 @@ from typing import Any
 
 from gateway.admin.cli import Table, topic_status
 from gateway.remoting.codes import PermName
-from gateway.remoting.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, is_system_topic
+from gateway.remoting.names import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    REPLY_TOPIC_POSTFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    is_system_topic,
+)
 
 from .routes import Rendered, View, page
 
 KINDS = ("normal", "retry", "dlq", "system")
 
 
-def topic_kind(topic: str) -> str:
-    """Dashboard's topic types: a retry or DLQ topic of a group, a system topic, or a normal one."""
+def topic_kind(topic: str, reserved: frozenset[str] = frozenset()) -> str:
+    """Dashboard's topic types: a retry or DLQ topic of a group, a system topic (also the topics named after a
+    cluster or broker, and a cluster's reply topic: ``reserved``), or a normal one."""
     if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return "retry"
     if topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
         return "dlq"
-    if is_system_topic(topic):
+    if is_system_topic(topic) or topic in reserved:
         return "system"
     return "normal"
+
+
+def reserved_topics(cluster_info: dict[str, Any]) -> frozenset[str]:
+    """The topics a cluster's brokers make for themselves: their cluster's name, their own, the reply topic."""
+    clusters = set(cluster_info.get("clusterAddrTable", {}))
+    names = clusters | set(cluster_info.get("brokerAddrTable", {}))
+    return frozenset(names | {f"{c}_{REPLY_TOPIC_POSTFIX}" for c in clusters})
 
 
 @page("/topics", nav="Topics")
 def topics(view: View) -> Rendered:
     kind = view.choice("kind", KINDS)
     needle = view.text("filter", default="", max_length=255)
-    names = [t for t in view.admin.topic_list() if topic_kind(t) == kind and needle in t]
+    reserved = reserved_topics(view.admin.cluster_info())
+    names = [t for t in view.admin.topic_list() if topic_kind(t, reserved) == kind and needle in t]
     return Rendered("topics.html", {"title": "Topics", "topics": names, "kind": kind, "kinds": KINDS, "filter": needle})
 
 
@@ -76,7 +90,7 @@ def topic(view: View) -> Rendered:
         "writeQueueNums": sum(qd["writeQueueNums"] for qd in queue_datas),
         "perm": PermName.perm_to_string(queue_datas[0]["perm"]) if queue_datas else "-",
         "order": "true" if route.get("orderTopicConf") else "false",
-        "kind": topic_kind(name),
+        "kind": topic_kind(name, reserved_topics(admin.cluster_info())),
     }
     return Rendered(
         "topic.html",

@@ -39,9 +39,10 @@ class Cluster:
     def namesrv_addr(self) -> str:
         return f"127.0.0.1:{self.namesrv.port}"
 
-    def console(self, **settings: Any) -> str:
+    def console(self, sample_seconds: float = 10.0, **settings: Any) -> str:
         """A console on a free port with ``settings``; its base URL (no trailing slash)."""
-        service = ConsoleService(ConsoleSettings(self.namesrv_addr, port=0, **settings).check(), reactor)
+        settings = ConsoleSettings(self.namesrv_addr, port=0, **settings).check()
+        service = ConsoleService(settings, reactor, sample_seconds)
         service.startService()
         self.consoles.append(service)
         return service.url.rstrip("/")
