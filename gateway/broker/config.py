@@ -9,6 +9,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
@@ -84,6 +85,8 @@ class BrokerConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""  # default: bindAddress
     metricsPromExporterPort: int = 5557
+    # The cluster console's address (http(s)://host:port/): the per-broker console links to it.
+    clusterConsoleUrl: str = ""
     # {"accessKey": ..., "secretKey": ...}: this broker signs its own requests (a slave's metadata sync, the
     # controller and NameServer links) as AclClientRPCHook does, RocketMQ 5's AuthConfig key. Unset, it does
     # not sign, as 4.9.8: the master must then whitelist its slaves' addresses.
@@ -339,6 +342,7 @@ def load_broker_config(
     _check_role(broker, store, path, overrides or {})
     _check_dledger(broker, store, path, overrides or {})
     _check_credentials(broker, path, overrides or {})
+    _check_console_url(broker, path, overrides or {})
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))
@@ -353,6 +357,13 @@ def load_broker_config(
 # Settings never printed (GET_BROKER_CONFIG) nor changed remotely (UPDATE_BROKER_CONFIG).
 SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
 _CREDENTIAL_KEYS = ("accessKey", "secretKey")
+
+
+def _check_console_url(broker: BrokerConfig, path: str | None, overrides: dict[str, str]) -> None:
+    url = urlsplit(broker.clusterConsoleUrl)
+    if broker.clusterConsoleUrl and (url.scheme not in ("http", "https") or not url.netloc):
+        source = "command line" if "clusterConsoleUrl" in overrides or not path else path
+        raise ConfigError(f"{source}: key clusterConsoleUrl: not an http(s) URL: {broker.clusterConsoleUrl!r}")
 
 
 def _check_credentials(broker: BrokerConfig, path: str | None, overrides: dict[str, str]) -> None:

@@ -81,6 +81,8 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]], raw: Sequence[
 def _page(broker: BrokerController, title: str, content: str) -> bytes:
     cfg = broker.config
     nav = "".join(f'<a href="/console/{path}">{_e(name)}</a>' for path, name in _PAGES)
+    if broker.config.clusterConsoleUrl:
+        nav += f'<a href="{_e(broker.config.clusterConsoleUrl)}">Cluster console</a>'
     return (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)} - {_e(cfg.brokerName)}</title>"
         f"<style>{_STYLE}</style></head><body><nav>{nav}</nav><main><h1>{_e(title)}</h1>"

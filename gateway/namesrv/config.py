@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.config import (
     apply_properties,
@@ -22,6 +23,10 @@ from gateway.persist import rewrite_properties
 
 # Keys another part of the program reads: TLS, and the embedded controller's (gateway.controller.config).
 IGNORED_PREFIXES = ("tls.", "controller", "enableElectUncleanMaster", "notifyBrokerRoleChanged")
+
+
+if TYPE_CHECKING:
+    from gateway.console.settings import ConsoleSettings
 
 
 def _home_file(name: str) -> str:
@@ -62,6 +67,14 @@ class NamesrvConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""
     metricsPromExporterPort: int = 5557
+    # The cluster console in this process (gateway.console): off unless asked for.
+    consoleEnable: bool = False
+    consolePort: int = 8082
+    consoleHost: str = ""  # default: bindAddress (127.0.0.1 when that is every address)
+    consoleWritable: bool = False
+    consoleAllowRemote: bool = False
+    consoleAccessKey: str | None = None
+    consoleSecretKey: str | None = None
 
     def black_listed(self, key: str) -> bool:
         """Whether UPDATE_NAMESRV_CONFIG refuses ``key`` (:func:`~gateway.config.black_listed`); beyond Java's
@@ -70,8 +83,28 @@ class NamesrvConfig:
         return black_listed(key, _FIXED_BLACK_LIST, self.configBlackList)
 
     def to_properties(self) -> dict[str, str]:
-        """Every setting as Java's MixAll.object2Properties gives it: strings, nulls left out."""
-        return config_properties(self)
+        """Every setting as Java's MixAll.object2Properties gives it: strings, nulls left out; never the
+        console's secret key."""
+        properties = config_properties(self)
+        properties.pop("consoleSecretKey", None)
+        return properties
+
+    def console_settings(self, namesrv: str, source: str) -> ConsoleSettings:
+        """The console's settings against this NameServer (``namesrv``); ConfigError naming the key and
+        ``source``."""
+        from gateway.console.settings import ConsoleSettings
+
+        host = self.consoleHost or (self.bindAddress if self.bindAddress not in ("", "0.0.0.0", "::") else "127.0.0.1")
+        settings = ConsoleSettings(
+            namesrv,
+            host=host,
+            port=self.consolePort,
+            writable=self.consoleWritable,
+            allow_remote=self.consoleAllowRemote,
+            access_key=self.consoleAccessKey,
+            secret_key=self.consoleSecretKey,
+        )
+        return settings.check(source)
 
 
 _FIXED_BLACK_LIST = frozenset(
@@ -88,6 +121,14 @@ _FIXED_BLACK_LIST = frozenset(
         "metricsExporterType",  # the metrics listener is made at start-up
         "metricsPromExporterHost",
         "metricsPromExporterPort",
+        # the console is made at start-up, and its account is not for remote eyes
+        "consoleEnable",
+        "consolePort",
+        "consoleHost",
+        "consoleWritable",
+        "consoleAllowRemote",
+        "consoleAccessKey",
+        "consoleSecretKey",
     }
 )
 
@@ -108,6 +149,8 @@ def load_namesrv_config(
         config.configStorePath = str(path)
     if overrides:
         apply_properties([config], overrides, "overrides", IGNORED_PREFIXES)
+    if config.consoleEnable:  # its errors at load, naming the file, like every other key's
+        config.console_settings("127.0.0.1:9876", str(path) if path is not None else "the settings")
     return config
 
 

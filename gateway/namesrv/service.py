@@ -29,6 +29,7 @@ from .processors import DefaultRequestProcessor
 from .routes import RouteInfoManager
 
 if TYPE_CHECKING:
+    from gateway.console.server import ConsoleService
     from gateway.controller.config import ControllerConfig
     from gateway.controller.service import ControllerManager
 
@@ -91,6 +92,7 @@ class NamesrvController(Service):
             config_ = controller_config or ControllerConfig()
             self.controller = ControllerManager(config_, reactor, self.dispatcher, tls=self.tls)
         self._listening: IListeningPort | None = None
+        self.console: ConsoleService | None = None
         self._metrics_port: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
@@ -126,9 +128,20 @@ class NamesrvController(Service):
             self._metrics_port = prometheus.listen(self.reactor, self.config, metrics_site(self))
         host = self._listening.getHost()
         log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port, console=True)
+        if self.config.consoleEnable:
+            self._start_console(host.port)
         self._first_scan = self.clock.callLater(
             FIRST_SCAN_DELAY, self._scan.start, self.config.scanNotActiveBrokerInterval / 1000, now=True
         )
+
+    def _start_console(self, port: int) -> None:
+        """The cluster console (consoleEnable=true), against this NameServer."""
+        from gateway.console.server import ConsoleService  # Jinja2 and the pages only when asked for
+
+        bind = self.config.bindAddress
+        addr = f"{'127.0.0.1' if bind in ('', '0.0.0.0', '::') else bind}:{port}"
+        self.console = ConsoleService(self.config.console_settings(addr, self.config.configStorePath), self.reactor)
+        self.console.startService()
 
     def stopService(self) -> Deferred[None]:
         """Stop scanning, close the port and every connection; the Deferred fires when all are closed."""
@@ -141,6 +154,8 @@ class NamesrvController(Service):
         if self._scan.running:
             self._scan.stop()
         waits: list[Deferred[Any]] = []
+        if self.console is not None:
+            waits.append(maybeDeferred(self.console.stopService))
         if self.controller is not None:
             waits.append(maybeDeferred(self.controller.stopService))
         if self._metrics_port is not None:
