@@ -299,7 +299,10 @@ KEY_RULES: dict[str, Rule] = {
     "brokerRole": one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
     "flushDiskType": one_of("ASYNC_FLUSH", "SYNC_FLUSH"),
     "defaultMessageRequestMode": one_of("PULL", "POP"),
-    "metricsExporterType": one_of("DISABLE", "PROM", ignore_case=True, note=" (OTLP_GRPC and LOG are not supported)"),
+    "metricsExporterType": one_of("DISABLE", "PROM", "OTLP_GRPC", "LOG", ignore_case=True),
+    "metricGrpcExporterTimeOutInMills": _POSITIVE_MS,
+    "metricGrpcExporterIntervalInMills": _POSITIVE_MS,
+    "metricLoggingExporterIntervalInMills": _POSITIVE_MS,
     "deleteWhen": _hours_of_day,
     "messageDelayLevel": _delay_levels,
     # listeners

@@ -15,6 +15,7 @@ from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
 from gateway.dledger.config import DLedgerConfig, DLedgerConfigError, parse_peers
 from gateway.dledger.store import DLedgerStoreConfig
+from gateway.otlp import push_config_problem
 from gateway.remoting.budget import DEFAULT_MAX_BUFFERED_BYTES
 from gateway.remoting.names import topic_problem
 from gateway.store.config import StoreConfig
@@ -85,6 +86,13 @@ class BrokerConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""  # default: bindAddress
     metricsPromExporterPort: int = 5557
+    # OTLP_GRPC and LOG (gateway.otlp): where and how often the points are pushed, extra labels on each.
+    metricsGrpcExporterTarget: str = ""
+    metricsGrpcExporterHeader: str = ""
+    metricGrpcExporterTimeOutInMills: int = 3000
+    metricGrpcExporterIntervalInMills: int = 60000
+    metricLoggingExporterIntervalInMills: int = 10000
+    metricsLabel: str = ""
     # The cluster console's address (http(s)://host:port/): the per-broker console links to it.
     clusterConsoleUrl: str = ""
     # {"accessKey": ..., "secretKey": ...}: this broker signs its own requests (a slave's metadata sync, the
@@ -343,6 +351,10 @@ def load_broker_config(
     _check_dledger(broker, store, path, overrides or {})
     _check_credentials(broker, path, overrides or {})
     _check_console_url(broker, path, overrides or {})
+    problem = push_config_problem(broker)
+    if problem is not None:
+        source = "command line" if problem[0] in (overrides or {}) or not path else path
+        raise ConfigError(f"{source}: key {problem[0]}: {problem[1]}")
     # The cluster and broker names are also topics (and lines in topics.json): the same rules apply.
     for key in ("brokerClusterName", "brokerName"):
         problem = topic_problem(getattr(broker, key))

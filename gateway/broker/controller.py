@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.application import service
 from twisted.internet import defer, task
@@ -78,6 +78,9 @@ from .stats import SAMPLE_SECONDS, BrokerStatsManager, MessageCounts
 from .timer import TimerMessageService
 from .transaction.service import TransactionalMessageService
 
+if TYPE_CHECKING:
+    from gateway.otlp import MetricsPusher
+
 log = Logger()
 
 _CHANNEL_SCAN_INTERVAL = 10.0
@@ -146,7 +149,8 @@ class BrokerController(service.Service):
         self.dispatcher = RequestDispatcher()
         # The latency of the gRPC calls served beside this broker (enableGrpcServer), shown on its /metrics.
         self.grpc_latency: Histograms | None = None
-        if config.metricsExporterType.upper() == "PROM":
+        self.metrics_pusher: MetricsPusher | None = None  # OTLP_GRPC, LOG
+        if config.metricsExporterType.upper() in ("PROM", "OTLP_GRPC", "LOG"):
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
             self.grpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         send = self._send_processor = SendMessageProcessor(self)
@@ -426,8 +430,16 @@ class BrokerController(service.Service):
             log.warn("VIP channel not available: {error}", error=e)
 
     def _listen_metrics(self) -> None:
-        """metricsExporterType=PROM: /metrics on metricsPromExporterHost:metricsPromExporterPort."""
+        """metricsExporterType=PROM: /metrics on metricsPromExporterHost:metricsPromExporterPort; OTLP_GRPC and
+        LOG: the same points pushed (gateway.otlp)."""
         cfg = self.config
+        if cfg.metricsExporterType.upper() in ("OTLP_GRPC", "LOG"):
+            from gateway.otlp import MetricsPusher
+
+            from .metrics import BrokerCollector
+
+            self.metrics_pusher = MetricsPusher(BrokerCollector(self), cfg, self.reactor, "broker-meter")
+            self.metrics_pusher.start()
         if cfg.metricsExporterType.upper() != "PROM":
             return
         from gateway import prometheus  # prometheus-client and twisted.web only when asked for
@@ -486,6 +498,8 @@ class BrokerController(service.Service):
             if loop.running:
                 loop.stop()
         self._loops.clear()
+        if self.metrics_pusher is not None:
+            yield self.metrics_pusher.stop()
         if self.replicas is not None:
             yield self.replicas.stop()
         if self.dledger is not None:

@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.config import (
+    ConfigError,
     apply_properties,
     black_listed,
     config_properties,
     load_properties,
     remote_update,
 )
+from gateway.otlp import push_config_problem
 from gateway.persist import rewrite_properties
 
 # Keys another part of the program reads: TLS, and the embedded controller's (gateway.controller.config).
@@ -67,6 +69,13 @@ class NamesrvConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""
     metricsPromExporterPort: int = 5557
+    # OTLP_GRPC and LOG (gateway.otlp): where and how often the points are pushed, extra labels on each.
+    metricsGrpcExporterTarget: str = ""
+    metricsGrpcExporterHeader: str = ""
+    metricGrpcExporterTimeOutInMills: int = 3000
+    metricGrpcExporterIntervalInMills: int = 60000
+    metricLoggingExporterIntervalInMills: int = 10000
+    metricsLabel: str = ""
     # The cluster console in this process (gateway.console): off unless asked for.
     consoleEnable: bool = False
     consolePort: int = 8082
@@ -121,6 +130,12 @@ _FIXED_BLACK_LIST = frozenset(
         "metricsExporterType",  # the metrics listener is made at start-up
         "metricsPromExporterHost",
         "metricsPromExporterPort",
+        "metricsGrpcExporterTarget",
+        "metricsGrpcExporterHeader",
+        "metricGrpcExporterTimeOutInMills",
+        "metricGrpcExporterIntervalInMills",
+        "metricLoggingExporterIntervalInMills",
+        "metricsLabel",
         # the console is made at start-up, and its account is not for remote eyes
         "consoleEnable",
         "consolePort",
@@ -149,6 +164,10 @@ def load_namesrv_config(
         config.configStorePath = str(path)
     if overrides:
         apply_properties([config], overrides, "overrides", IGNORED_PREFIXES)
+    problem = push_config_problem(config)
+    if problem is not None:
+        source = "overrides" if problem[0] in (overrides or {}) or path is None else str(path)
+        raise ConfigError(f"{source}: key {problem[0]}: {problem[1]}")
     if config.consoleEnable:  # its errors at load, naming the file, like every other key's
         config.console_settings("127.0.0.1:9876", str(path) if path is not None else "the settings")
     return config

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.console.server import ConsoleService
     from gateway.controller.config import ControllerConfig
     from gateway.controller.service import ControllerManager
+    from gateway.otlp import MetricsPusher
 
 log = Logger()
 
@@ -70,7 +71,7 @@ class NamesrvController(Service):
             now=lambda: int(self.clock.seconds() * 1000), broker_channel_expired_time=config.brokerChannelExpiredTime
         )
         self.dispatcher = RequestDispatcher()
-        if config.metricsExporterType.upper() == "PROM":
+        if config.metricsExporterType.upper() in ("PROM", "OTLP_GRPC", "LOG"):
             self.dispatcher.rpc_latency = Histograms(RPC_LATENCY_BUCKETS_MS)
         self.dispatcher.register_all(
             DefaultRequestProcessor(config, self.route_info_manager, self.kv_config_manager).handlers()
@@ -93,6 +94,7 @@ class NamesrvController(Service):
             self.controller = ControllerManager(config_, reactor, self.dispatcher, tls=self.tls)
         self._listening: IListeningPort | None = None
         self.console: ConsoleService | None = None
+        self.metrics_pusher: MetricsPusher | None = None  # OTLP_GRPC, LOG
         self._metrics_port: IListeningPort | None = None
         self._scan = LoopingCall(self.scan_not_active_broker)
         self._scan.clock = self.clock
@@ -119,13 +121,21 @@ class NamesrvController(Service):
         super().startService()
         if self.controller is not None:
             self.controller.startService()
-        if self.dispatcher.rpc_latency is not None:
+        kind = self.config.metricsExporterType.upper()
+        if kind == "PROM":
             # prometheus-client only when asked for
             from gateway import prometheus
 
             from .metrics import metrics_site
 
             self._metrics_port = prometheus.listen(self.reactor, self.config, metrics_site(self))
+        elif kind in ("OTLP_GRPC", "LOG"):
+            from gateway.otlp import MetricsPusher
+
+            from .metrics import NamesrvCollector
+
+            self.metrics_pusher = MetricsPusher(NamesrvCollector(self), self.config, self.reactor, "namesrv-meter")
+            self.metrics_pusher.start()
         host = self._listening.getHost()
         log.info("NameServer listening on {host}:{port}", host=host.host, port=host.port, console=True)
         if self.config.consoleEnable:
@@ -156,6 +166,8 @@ class NamesrvController(Service):
         waits: list[Deferred[Any]] = []
         if self.console is not None:
             waits.append(maybeDeferred(self.console.stopService))
+        if self.metrics_pusher is not None:
+            waits.append(maybeDeferred(self.metrics_pusher.stop))
         if self.controller is not None:
             waits.append(maybeDeferred(self.controller.stopService))
         if self._metrics_port is not None:

@@ -48,6 +48,12 @@ FIXED_BLACK_LIST = frozenset(
         "metricsExporterType",  # the metrics listener, like the remoting one, is made at start-up
         "metricsPromExporterHost",
         "metricsPromExporterPort",
+        "metricsGrpcExporterTarget",  # the push is set up at start-up too
+        "metricsGrpcExporterHeader",
+        "metricGrpcExporterTimeOutInMills",
+        "metricGrpcExporterIntervalInMills",
+        "metricLoggingExporterIntervalInMills",
+        "metricsLabel",
     }
     | SECRET_KEYS
 )
