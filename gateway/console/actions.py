@@ -155,7 +155,7 @@ def message_resend(view: View) -> Done:
     """CONSUME_MESSAGE_DIRECTLY: the message's broker hands it to one client of the group."""
     offset_msg_id, group = view.offset_msg_id(), view.group()
     client_id = view.text("clientId", max_length=255)
-    m = view.admin.view_message(offset_msg_id)
+    m = view.message()
     result = view.admin.consume_message_directly(m.store_host, group, client_id, offset_msg_id)
     line = f"{client_id} of {group}: {result.get('consumeResult')} in {result.get('spentTimeMills')} ms"
     if result.get("remark"):
@@ -167,7 +167,7 @@ def message_resend(view: View) -> Done:
 def dlq_resend(view: View) -> Done:
     """A dead letter sent again to the topic it came from, with its body, keys, tags and properties."""
     group, offset_msg_id = view.group(), view.offset_msg_id()
-    m = view.admin.view_message(offset_msg_id)
+    m = view.message()
     if m.topic != DLQ_GROUP_TOPIC_PREFIX + group:
         raise BadRequest(f"{offset_msg_id} is not a dead letter of {group}")
     topic = m.properties.get(MessageConst.RETRY_TOPIC) or ""
@@ -194,13 +194,7 @@ def message_send(view: View) -> Done:
 def broker_write_perm(view: View) -> Done:
     """A broker's ``brokerPermission`` (as ``mqadmin updateBrokerConfig -k brokerPermission``): the broker
     registers again with it, so routes stop (or start) sending to it, and the value survives restarts."""
-    addr = view.text("addr", max_length=64)
-    known = {
-        a for data in view.admin.cluster_info().get("brokerAddrTable", {}).values()
-        for a in data.get("brokerAddrs", {}).values()
-    }  # fmt: skip
-    if addr not in known:
-        raise BadRequest(f"no broker at {addr} in the cluster")
+    addr = view.broker_addr(view.text("addr", max_length=64))
     enable = view.choice("write", ("enable", "disable")) == "enable"
     perm = PermName.PERM_READ | (PermName.PERM_WRITE if enable else 0)
     view.admin.update_broker_config(addr, "brokerPermission", str(perm))

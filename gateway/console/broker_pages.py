@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from .routes import BadRequest, Rendered, View, page
+from .routes import Rendered, View, page
 
 
 @page("/broker")
 def broker(view: View) -> Rendered:
     """``?addr=``: a broker the NameServers know (never an address taken from the request alone)."""
-    addr = view.text("addr", max_length=64)
-    known = {
-        a: name
-        for name, data in view.admin.cluster_info().get("brokerAddrTable", {}).items()
-        for a in data.get("brokerAddrs", {}).values()
-    }
-    if addr not in known:
-        raise BadRequest(f"no broker at {addr} in the cluster")
+    addr = view.broker_addr(view.text("addr", max_length=64))
     return Rendered(
         "broker.html",
         {
-            "title": f"Broker {known[addr]}",
-            "name": known[addr],
+            "title": f"Broker {view.broker_name}",
+            "name": view.broker_name,
             "addr": addr,
             "status": sorted(view.admin.runtime_info(addr).items()),
             "config": sorted(view.admin.broker_config(addr).items()),

@@ -71,7 +71,7 @@ def messages(view: View) -> Rendered:
     context["args"].setdefault("begin", _local(now - _HOUR_MS))
     context["args"].setdefault("end", _local(now + 60_000))
     if view.args.get("id"):
-        found = [view.admin.view_message(view.offset_msg_id())]
+        found = [view.message()]
     elif view.args.get("topic") and view.args.get("key"):
         found = view.admin.query_message(view.topic(), view.text("key", max_length=1024))
     elif view.args.get("topic") and view.args.get("msgId"):
@@ -94,7 +94,7 @@ def _now() -> int:
 @page("/message")
 def message(view: View) -> Rendered:
     shown = view.choice("as", ("text", "json", "hex"))
-    m = view.admin.view_message(view.offset_msg_id())
+    m = view.message()
     body, cut = m.body[:BODY_SHOWN], len(m.body) > BODY_SHOWN
     if shown == "hex":
         text = " ".join(body[i : i + 16].hex(" ") for i in range(0, len(body), 16))

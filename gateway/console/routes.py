@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gateway.remoting.message import decode_offset_message_id
+from gateway.remoting.message import MessageExt, decode_offset_message_id
 from gateway.remoting.names import group_problem, topic_problem
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ class View:
     admin: Session
     settings: ConsoleSettings
     sampler: Sampler | None = None
+    broker_name: str = ""  # of the last address checked by broker_addr
 
     def text(self, name: str, default: str | None = None, max_length: int = 4096) -> str:
         """A free-text argument; BadRequest when it is missing (and no default) or too long."""
@@ -97,6 +98,21 @@ class View:
         except ValueError:
             raise BadRequest(f"not an offset message id: {value}") from None
         return value
+
+    def broker_addr(self, addr: str) -> str:
+        """``addr`` when the NameServers list a broker there; the console never dials an address it was only
+        given by a request (an offset message id names its broker)."""
+        for name, data in self.admin.cluster_info().get("brokerAddrTable", {}).items():
+            if addr in data.get("brokerAddrs", {}).values():
+                self.broker_name = name
+                return addr
+        raise BadRequest(f"no broker at {addr} in the cluster")
+
+    def message(self, name: str = "id") -> MessageExt:
+        """The message an offset message id names, from its broker (one the cluster has)."""
+        offset_msg_id = self.offset_msg_id(name)
+        self.broker_addr(decode_offset_message_id(offset_msg_id)[0])
+        return self.admin.view_message(offset_msg_id)
 
     def time(self, name: str, default: int | None = None) -> int:
         """ms since the epoch, or a local time as a browser's datetime-local field gives it

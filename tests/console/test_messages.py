@@ -124,3 +124,12 @@ async def test_bad_ids_and_times_are_400(cluster: Cluster) -> None:
     assert status == 400 and "as must be one of text, json, hex" in page
     status, page = await deferToThread(http, f"{base}/dlq?group=..%2F")
     assert status == 400
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_offset_message_id_naming_no_broker_of_the_cluster_is_never_dialled(cluster: Cluster) -> None:
+    base = cluster.console(writable=True)
+    elsewhere = "7F000001000000160000000000000000"  # 127.0.0.1:22, offset 0
+    for path in (f"/message?id={elsewhere}", f"/messages?id={elsewhere}"):
+        status, page = await deferToThread(http, base + path)
+        assert status == 400 and "no broker at 127.0.0.1:22 in the cluster" in page
