@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +15,7 @@ if not CLASSPATH:
     pytest.skip(f"Apache broker not given: set {CLASSPATH_ENV} to 4.9.8's lib/* jars", allow_module_level=True)
 
 from tests.console.browser import in_chromium, needs_chromium, shot
+from tests.console.conftest import console_process, end_process
 
 from .apache_broker import apache_cluster
 from .test_cpp_client import consume, produce
@@ -27,37 +24,12 @@ pytestmark = [pytest.mark.compat, needs_chromium]
 TOPIC, GROUP = "ConsoleApacheTopic", "console_apache_cg"
 
 
-def _console(namesrv: str) -> tuple[subprocess.Popen[str], str]:
-    """``rocketmq-gateway console`` against ``namesrv``; the process and its URL once it is ready."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "console", "-n", namesrv, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    found: list[str] = []
-
-    def ready() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            m = re.search(r"console ready: (http://\S+?)/? ", line)
-            if m:
-                found.append(m.group(1))
-                return
-
-    reader = threading.Thread(target=ready, daemon=True)
-    reader.start()
-    reader.join(30)
-    if not found:
-        proc.kill()
-        raise AssertionError("the console did not start")
-    return proc, found[0]
-
-
 def test_read_pages_against_apache_4_9_8(tmp_path: Path) -> None:
     with apache_cluster(tmp_path) as (namesrv, _broker):
         clients = SimpleNamespace(namesrv_addr=namesrv)
         sent = produce(tmp_path, clients, TOPIC, "apache", 10).of("sent")
         consume(tmp_path, clients, TOPIC, GROUP, 10)
-        proc, base = _console(namesrv)
+        proc, base = console_process(namesrv)
         try:
 
             def steps(page: Any) -> dict[str, str]:
@@ -85,10 +57,7 @@ def test_read_pages_against_apache_4_9_8(tmp_path: Path) -> None:
 
             seen = in_chromium(steps)
         finally:
-            proc.terminate()
-            proc.wait(30)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            end_process(proc)
     assert "broker-a" in seen["cluster"] and "V4_9_8" in seen["cluster"]
     assert TOPIC in seen["topics"]
     assert "broker-a" in seen["topic"] and GROUP in seen["topic"]

@@ -15,13 +15,30 @@ import logging
 import re
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.task import LoopingCall
+from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 from twisted.logger import Logger
 
+from gateway.pool_loop import PoolLoop
+
 log = Logger()
+
+
+@dataclass
+class MetricsPushKeys:
+    """Apache's keys of the push (BrokerConfig's, and ours on the NameServer too): where and how often the points
+    go, and the labels added to each."""
+
+    metricsGrpcExporterTarget: str = ""
+    metricsGrpcExporterHeader: str = ""  # k1:v1,k2:v2, sent as gRPC metadata
+    metricGrpcExporterTimeOutInMills: int = 3000
+    metricGrpcExporterIntervalInMills: int = 60000
+    metricLoggingExporterIntervalInMills: int = 10000
+    metricsLabel: str = ""  # k1:v1,k2:v2
+
 
 _TARGET = re.compile(r"(?:https?://)?[A-Za-z0-9.\-\[\]:]+:\d{1,5}/?")
 
@@ -152,29 +169,17 @@ class MetricsPusher:
         self.failing = False
         self.pushes = self.failures = 0
         self._start_ns = time.time_ns()
-        self._busy = False
-        self._loop = LoopingCall(self._tick)
-        self._loop.clock = reactor
+        self._loop = PoolLoop(reactor, self.interval, self.push, "metrics push")
 
     def start(self) -> None:
-        self._loop.start(self.interval, now=False)
+        self._loop.start()
 
-    def stop(self) -> Any:
-        if self._loop.running:
-            self._loop.stop()
+    def stop(self) -> Deferred[Any]:
+        """No more pushes; fires once the push in progress has ended and the exporter is shut down."""
+        stopped = self._loop.stop()
         if self.exporter is not None:
-            return deferToThread(self.exporter.shutdown, timeout_millis=self.timeout_ms)
-        return None
-
-    def _tick(self) -> None:
-        if self._busy:  # the last push still waits on the receiver
-            return
-        self._busy = True
-
-        def done(_: Any) -> None:
-            self._busy = False
-
-        deferToThread(self.push).addErrback(lambda f: log.failure("metrics push", f)).addBoth(done)
+            stopped.addCallback(lambda _: deferToThread(self.exporter.shutdown, timeout_millis=self.timeout_ms))
+        return stopped
 
     def push(self) -> None:
         """Collect and export once (blocking: runs in a pool thread)."""

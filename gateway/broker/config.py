@@ -15,7 +15,7 @@ from gateway.acl.signer import SessionCredentials
 from gateway.config import SYSTEM_PROPERTY_PREFIXES, ConfigError, apply_properties, load_properties
 from gateway.dledger.config import DLedgerConfig, DLedgerConfigError, parse_peers
 from gateway.dledger.store import DLedgerStoreConfig
-from gateway.otlp import push_config_problem
+from gateway.otlp import MetricsPushKeys, push_config_problem
 from gateway.remoting.budget import DEFAULT_MAX_BUFFERED_BYTES
 from gateway.remoting.names import topic_problem
 from gateway.store.config import StoreConfig
@@ -63,7 +63,7 @@ def _local_ip() -> str:
 
 
 @dataclass
-class BrokerConfig:
+class BrokerConfig(MetricsPushKeys):
     """BrokerConfig + the NettyServerConfig keys we use; attribute names are broker.conf keys."""
 
     brokerClusterName: str = "DefaultCluster"
@@ -86,13 +86,6 @@ class BrokerConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""  # default: bindAddress
     metricsPromExporterPort: int = 5557
-    # OTLP_GRPC and LOG (gateway.otlp): where and how often the points are pushed, extra labels on each.
-    metricsGrpcExporterTarget: str = ""
-    metricsGrpcExporterHeader: str = ""
-    metricGrpcExporterTimeOutInMills: int = 3000
-    metricGrpcExporterIntervalInMills: int = 60000
-    metricLoggingExporterIntervalInMills: int = 10000
-    metricsLabel: str = ""
     # The cluster console's address (http(s)://host:port/): the per-broker console links to it.
     clusterConsoleUrl: str = ""
     # {"accessKey": ..., "secretKey": ...}: this broker signs its own requests (a slave's metadata sync, the

@@ -31,6 +31,7 @@ from gateway.remoting.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
+    SYSTEM_GROUPS,
     group_problem,
     topic_problem,
 )
@@ -399,16 +400,7 @@ class SubscriptionGroupManager(_VersionedTable):
         self.data_version = DataVersion()
         self.set_aside = SetAside()
         self.file = ConfigFile(self.path, self._render, clock, threadpool)
-        for group in (
-            "TOOLS_CONSUMER",
-            "FILTERSRV_CONSUMER",
-            "SELF_TEST_C_GROUP",
-            "CID_ONS-HTTP-PROXY",
-            "CID_ONSAPI_PULL",
-            "CID_ONSAPI_PERMISSION",
-            "CID_ONSAPI_OWNER",
-            "CID_RMQ_SYS_TRANS",
-        ):
+        for group in SYSTEM_GROUPS:
             self.table[group] = SubscriptionGroupConfig(group)
 
     def load(self) -> None:

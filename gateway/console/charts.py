@@ -9,18 +9,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from twisted.internet.task import LoopingCall
-from twisted.internet.threads import deferToThread
-from twisted.logger import Logger
+from twisted.internet.defer import Deferred, succeed
 
 from gateway.admin.cli import Session
+from gateway.pool_loop import PoolLoop
 from gateway.remoting.names import is_system_group
 
 from .routes import Rendered, View, page
 from .settings import ConsoleSettings
 from .topic_pages import reserved_topics, topic_kind
-
-log = Logger()
 
 SAMPLE_SECONDS = 10.0
 # Series kept: past these, new topics or groups are not tracked (the page says how many were left out).
@@ -56,8 +53,7 @@ class Sampler:
     group_lag: dict[str, Series] = field(default_factory=dict)
     left_out: int = 0
     _max_offsets: dict[str, tuple[float, int]] = field(default_factory=dict)
-    _loop: LoopingCall | None = None
-    _busy: bool = False
+    _loop: PoolLoop | None = None
     _admin: Session | None = None
 
     @property
@@ -65,26 +61,13 @@ class Sampler:
         return max(int(self.settings.history_hours * 3600 / self.interval), 2)
 
     def start(self) -> None:
-        self._loop = LoopingCall(self.tick)
-        self._loop.clock = self.reactor
-        self._loop.start(self.interval, now=True)
+        self._loop = PoolLoop(self.reactor, self.interval, self.sample, "console chart sample")
+        self._loop.start(now=True)
 
-    def stop(self) -> None:
-        if self._loop is not None and self._loop.running:
-            self._loop.stop()
-        if self._admin is not None:
-            self._admin.close()
-
-    def tick(self) -> None:
-        """One sample in the pool, unless the last one still runs (a slow cluster skips ticks)."""
-        if self._busy:
-            return
-        self._busy = True
-
-        def done(result: Any) -> None:
-            self._busy = False
-
-        deferToThread(self.sample).addErrback(lambda f: log.failure("console chart sample", f)).addBoth(done)
+    def stop(self) -> Deferred[None]:
+        """No more samples; fires once the one in progress has ended and the session is closed."""
+        stopped = self._loop.stop() if self._loop is not None else succeed(None)
+        return stopped.addCallback(lambda _: self._admin.close() if self._admin is not None else None)
 
     def sample(self) -> None:
         """Read the cluster once (blocking) and add a point to each series."""

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from twisted.application.service import Service
+from twisted.internet.defer import DeferredList, maybeDeferred
 from twisted.logger import Logger
 from twisted.web.server import Site
 
@@ -48,11 +49,13 @@ class ConsoleService(Service):
 
     def stopService(self) -> Any:
         super().stopService()
-        self.sampler.stop()
         if self.resource is not None:
             self.resource.access.close()
         port, self._port = self._port, None
-        return port.stopListening() if port is not None else None
+        waits = [self.sampler.stop()]
+        if port is not None:
+            waits.append(maybeDeferred(port.stopListening))
+        return DeferredList(waits, consumeErrors=True)
 
 
 def main(argv: list[str]) -> int:

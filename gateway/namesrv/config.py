@@ -20,7 +20,7 @@ from gateway.config import (
     load_properties,
     remote_update,
 )
-from gateway.otlp import push_config_problem
+from gateway.otlp import MetricsPushKeys, push_config_problem
 from gateway.persist import rewrite_properties
 
 # Keys another part of the program reads: TLS, and the embedded controller's (gateway.controller.config).
@@ -36,7 +36,7 @@ def _home_file(name: str) -> str:
 
 
 @dataclass
-class NamesrvConfig:
+class NamesrvConfig(MetricsPushKeys):
     """Attribute names are namesrv.properties keys; times are milliseconds."""
 
     rocketmqHome: str | None = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME"))
@@ -69,13 +69,6 @@ class NamesrvConfig:
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = ""
     metricsPromExporterPort: int = 5557
-    # OTLP_GRPC and LOG (gateway.otlp): where and how often the points are pushed, extra labels on each.
-    metricsGrpcExporterTarget: str = ""
-    metricsGrpcExporterHeader: str = ""
-    metricGrpcExporterTimeOutInMills: int = 3000
-    metricGrpcExporterIntervalInMills: int = 60000
-    metricLoggingExporterIntervalInMills: int = 10000
-    metricsLabel: str = ""
     # The cluster console in this process (gateway.console): off unless asked for.
     consoleEnable: bool = False
     consolePort: int = 8082

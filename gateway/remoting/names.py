@@ -114,18 +114,17 @@ def is_system_topic(topic: str) -> bool:
     return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
-# MixAll's groups of the tools and of ONS, and CID_SYS_RMQ_TRANS (the transaction check-back group).
-SYSTEM_GROUPS = frozenset(
-    {
-        "TOOLS_CONSUMER",
-        "FILTERSRV_CONSUMER",
-        "SELF_TEST_C_GROUP",
-        "CID_ONS-HTTP-PROXY",
-        "CID_ONSAPI_PULL",
-        "CID_ONSAPI_PERMISSION",
-        "CID_ONSAPI_OWNER",
-        "CID_SYS_RMQ_TRANS",
-    }
+# The groups every broker has from the start (SubscriptionGroupManager.init): MixAll's groups of the tools and of
+# ONS, and CID_SYS_RMQ_TRANS (the transaction check-back group), in Apache's order.
+SYSTEM_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+    "CID_RMQ_SYS_TRANS",
 )
 SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 

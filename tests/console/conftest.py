@@ -3,6 +3,10 @@ DefaultCluster, and a console against them on a free port."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -17,7 +21,7 @@ from twisted.internet.task import deferLater
 
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
-from gateway.client import Admin
+from gateway.client import Admin, ConsumeStatus, MessageExt, PushConsumer
 from gateway.console.server import ConsoleService
 from gateway.console.settings import ConsoleSettings
 from gateway.namesrv.service import NamesrvController
@@ -94,6 +98,52 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
     started = await start_cluster(tmp_path)
     yield started
     await stop_cluster(started)
+
+
+def consumer_of(
+    cluster: Cluster, group: str, topic: str, status: ConsumeStatus = ConsumeStatus.CONSUME_SUCCESS, **options: Any
+) -> tuple[PushConsumer, list[MessageExt]]:
+    """A push consumer of ``topic`` (not started yet) answering ``status``, and the messages it gets."""
+    got: list[MessageExt] = []
+    consumer = PushConsumer(group, cluster.namesrv_addr, **options)
+    consumer.subscribe(topic, "*")
+    consumer.register_message_listener(lambda msgs: got.extend(msgs) or status)
+    return consumer, got
+
+
+def console_process(namesrv: str) -> tuple[subprocess.Popen[str], str]:
+    """``rocketmq-gateway console`` against ``namesrv`` in a child process on a free port (blocking: call it with
+    deferToThread in a reactor's test); the process and its URL once it printed its ready line. Terminate it,
+    then :func:`end_process`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "console", "-n", namesrv, "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    found: list[str] = []
+
+    def ready() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            m = re.search(r"console ready: (http://\S+?)/? ", line)
+            if m:
+                found.append(m.group(1))
+                return
+
+    reader = threading.Thread(target=ready, daemon=True)
+    reader.start()
+    reader.join(30)
+    if not found:
+        end_process(proc)
+        raise AssertionError("the console did not start")
+    return proc, found[0]
+
+
+def end_process(proc: subprocess.Popen[str]) -> None:
+    """Stop a console process and close its pipe."""
+    proc.terminate()
+    proc.wait(30)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def http(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, str]:

@@ -9,12 +9,12 @@ import pytest_twisted
 from twisted.internet.threads import deferToThread
 
 from gateway.admin.ext import AdminExt
-from gateway.client import ConsumeStatus, Producer, PushConsumer, build_message
+from gateway.client import ConsumeStatus, Producer, build_message
 from gateway.remoting.codes import RequestCode
 from gateway.remoting.headers import UpdateConsumerOffsetRequestHeader
 
 from .browser import in_chromium, needs_chromium, shot
-from .conftest import Cluster, wait_until
+from .conftest import Cluster, consumer_of, wait_until
 
 TOPIC, GROUP = "ConsoleActTopic", "ConsoleActCG"
 
@@ -126,13 +126,8 @@ async def test_resend_to_a_consumer_and_dead_letters_back_to_their_topic(cluster
     await cluster.admin.create_topic(TOPIC, 1)
     producer = Producer("ConsoleActPG", cluster.namesrv_addr)
     await producer.start()
-    got: list[Any] = []
-    consumer = PushConsumer(GROUP, cluster.namesrv_addr)
-    consumer.subscribe(TOPIC, "*")
-    consumer.register_message_listener(lambda msgs: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
-    dead = PushConsumer("ConsoleDeadCG", cluster.namesrv_addr, max_reconsume_times=0)
-    dead.subscribe(TOPIC, "*")
-    dead.register_message_listener(lambda msgs: ConsumeStatus.RECONSUME_LATER)
+    consumer, got = consumer_of(cluster, GROUP, TOPIC)
+    dead, _ = consumer_of(cluster, "ConsoleDeadCG", TOPIC, ConsumeStatus.RECONSUME_LATER, max_reconsume_times=0)
     base = cluster.console(writable=True)
     try:
         result = await producer.send(build_message(TOPIC, b"resend me", keys="again"))

@@ -10,13 +10,13 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
-from gateway.client import ConsumeStatus, Producer, PushConsumer, build_message
+from gateway.client import Producer, build_message
 from gateway.console import charts
 from gateway.console.charts import Sampler, Series, svg_chart
 from gateway.console.settings import ConsoleSettings
 
 from .browser import in_chromium, needs_chromium, shot
-from .conftest import Cluster, http, wait_until
+from .conftest import Cluster, consumer_of, http, wait_until
 
 
 @needs_chromium
@@ -28,10 +28,7 @@ async def test_topic_and_group_charts_after_traffic(cluster: Cluster) -> None:
     sampler = cluster.consoles[-1].sampler
     producer = Producer("ConsoleChartPG", cluster.namesrv_addr)
     await producer.start()
-    got: list[Any] = []
-    consumer = PushConsumer(group, cluster.namesrv_addr)
-    consumer.subscribe(topic, "*")
-    consumer.register_message_listener(lambda msgs: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    consumer, got = consumer_of(cluster, group, topic)
     try:
         await consumer.start()
         for i in range(30):

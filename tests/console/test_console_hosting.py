@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from gateway.namesrv.config import load_namesrv_config
 from gateway.namesrv.service import NamesrvController
 from tests.namesrv.conftest import loopback_namesrv_config
 
-from .conftest import Cluster, broker_config, http
+from .conftest import Cluster, broker_config, console_process, end_process, http
 
 
 @pytest_twisted.ensureDeferred
@@ -66,32 +65,12 @@ def test_console_keys_are_checked_where_they_are_read(tmp_path: Path) -> None:
 
 @pytest_twisted.ensureDeferred
 async def test_rocketmq_gateway_console_in_its_own_process(cluster: Cluster) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "console", "-n", cluster.namesrv_addr, "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    proc, url = await deferToThread(console_process, cluster.namesrv_addr)
     try:
-        found: list[str] = []
-
-        def ready() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                m = re.search(r"console ready: (http://\S+)", line)
-                if m:
-                    found.append(m.group(1))
-                    return
-
-        reader = threading.Thread(target=ready, daemon=True)
-        reader.start()
-        await deferToThread(reader.join, 30)
-        assert found, "no ready line"
-        status, page = await deferToThread(http, found[0])
+        status, page = await deferToThread(http, url)
         assert status == 200 and "broker-a" in page and "broker-b" in page
     finally:
-        proc.terminate()
-        await deferToThread(proc.wait, 30)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        await deferToThread(end_process, proc)
 
 
 def test_the_broker_console_link_is_an_http_url() -> None:

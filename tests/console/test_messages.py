@@ -10,10 +10,10 @@ from typing import Any
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
-from gateway.client import ConsumeStatus, Producer, PushConsumer, build_message
+from gateway.client import ConsumeStatus, Producer, build_message
 
 from .browser import in_chromium, needs_chromium, shot
-from .conftest import Cluster, http, sleep, wait_until
+from .conftest import Cluster, consumer_of, http, sleep, wait_until
 
 TOPIC = "ConsoleMsgTopic"
 
@@ -35,14 +35,9 @@ async def test_message_trace_and_dlq_pages(cluster: Cluster) -> None:
     await cluster.admin.create_topic(TOPIC, 2)
     producer = Producer("ConsoleMsgPG", cluster.namesrv_addr, enable_msg_trace=True)
     await producer.start()
-    got: list[Any] = []
-    consumer = PushConsumer("ConsoleMsgCG", cluster.namesrv_addr, enable_msg_trace=True)
-    consumer.subscribe(TOPIC, "*")
-    consumer.register_message_listener(lambda msgs: got.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    consumer, got = consumer_of(cluster, "ConsoleMsgCG", TOPIC, enable_msg_trace=True)
     # Every message it gets goes straight to %DLQ%ConsoleDlqCG (no retry left).
-    dead = PushConsumer("ConsoleDlqCG", cluster.namesrv_addr, max_reconsume_times=0)
-    dead.subscribe(TOPIC, "*")
-    dead.register_message_listener(lambda msgs: ConsumeStatus.RECONSUME_LATER)
+    dead, _ = consumer_of(cluster, "ConsoleDlqCG", TOPIC, ConsumeStatus.RECONSUME_LATER, max_reconsume_times=0)
     bodies = {
         "plain": b"hello console",
         "json": json.dumps({"order": 7, "items": ["a", "b"]}).encode(),

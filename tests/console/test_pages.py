@@ -11,10 +11,10 @@ import pytest_twisted
 from twisted.internet.threads import deferToThread
 
 from compat_tests.test_cpp_client import _command, _env, produce
-from gateway.client import ConsumeStatus, Producer, PushConsumer, build_message
+from gateway.client import Producer, build_message
 
 from .browser import ROOT, in_chromium, needs_chromium, shot
-from .conftest import Cluster, http, wait_until
+from .conftest import Cluster, consumer_of, http, wait_until
 
 
 def _cpp_consumer(tmp_path: Path, cluster: Cluster, topic: str, group: str) -> subprocess.Popen[str]:
@@ -33,10 +33,7 @@ async def test_pages_show_both_brokers_and_both_clients(cluster: Cluster, tmp_pa
     await cluster.admin.create_topic(topic, 2)
     producer = Producer("ConsolePagesPG", cluster.namesrv_addr)
     await producer.start()
-    received: list[Any] = []
-    consumer = PushConsumer(group, cluster.namesrv_addr)
-    consumer.subscribe(topic, "*")
-    consumer.register_message_listener(lambda msgs: received.extend(msgs) or ConsumeStatus.CONSUME_SUCCESS)
+    consumer, received = consumer_of(cluster, group, topic)
     cpp = None
     try:
         for i in range(12):
