@@ -198,7 +198,7 @@ def dlq(view: View) -> Rendered:
     group = view.group()
     topic = DLQ_GROUP_TOPIC_PREFIX + group
     if topic not in view.admin.topic_list():
-        context["found"], context["none"] = [], f"group {group} has no dead-letter topic {topic}"
+        context["found"], context["missing"] = [], f"group {group} has no dead-letter topic {topic}"
         return Rendered("dlq.html", context)
     found, context["more"] = messages_between(
         view, topic, view.time("begin", now - 24 * _HOUR_MS), view.time("end", now + 60_000)

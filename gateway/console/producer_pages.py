@@ -20,5 +20,5 @@ def producers(view: View) -> Rendered:
             )
         except CommandFailed as e:
             context["connections"] = Table([], ["clientId", "clientAddr", "language", "version"])
-            context["none"] = str(e)
+            context["missing"] = str(e)
     return Rendered("producers.html", context)

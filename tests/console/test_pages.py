@@ -41,6 +41,7 @@ async def test_pages_show_both_brokers_and_both_clients(cluster: Cluster, tmp_pa
         await deferToThread(produce, tmp_path, cluster, topic, "console", 8)
         await consumer.start()
         await wait_until(lambda: len(received) >= 20, 20, "the Python consumer got the 20 messages")
+        await producer.client.send_heartbeat_to_all_brokers()  # as its 30 s heartbeat would: its connection listed
         cpp = _cpp_consumer(tmp_path, cluster, topic, "ConsoleCppCG")
         await wait_until(lambda: _online(cluster, "ConsoleCppCG"), 30, "the C++ consumer online")
         base = cluster.console()
@@ -76,7 +77,7 @@ async def test_pages_show_both_brokers_and_both_clients(cluster: Cluster, tmp_pa
     assert group in seen["groups"] and "ConsoleCppCG" in seen["groups"]
     assert "JAVA" in seen["group"] or "PYTHON" in seen["group"]
     assert "CPP" in seen["cpp_group"]
-    assert "ConsolePagesPG" in seen["producers"] or "clientId" in seen["producers"]
+    assert producer.client.client_id in seen["producers"]
 
 
 def _online(cluster: Cluster, group: str) -> bool:
@@ -94,3 +95,7 @@ async def test_bad_names_are_400_and_hostile_values_are_escaped(cluster: Cluster
     assert status == 200 and "<b>x" not in page and "&lt;b&gt;x" in page
     status, page = await deferToThread(http, f"{base}/topics?kind=nope")
     assert status == 400 and "kind must be one of" in page
+    status, page = await deferToThread(http, f"{base}/producers?topic=TBW102&group=NoSuchPG")
+    assert status == 200 and "Not found the producer group connection: NoSuchPG" in page
+    status, page = await deferToThread(http, f"{base}/dlq?group=NoSuchCG")
+    assert status == 200 and "group NoSuchCG has no dead-letter topic %DLQ%NoSuchCG" in page
