@@ -289,14 +289,6 @@ def _topics(broker: BrokerController, request: Request) -> bytes:
     return _page(broker, "Topics", _table(headers, rows, (0,)))
 
 
-# As mqadmin's consumerProgress names them.
-_CONSUME_TYPES = {
-    ConsumeType.CONSUME_ACTIVELY: "PULL",
-    ConsumeType.CONSUME_PASSIVELY: "PUSH",
-    ConsumeType.CONSUME_POP: "POP",
-}
-
-
 def _groups(broker: BrokerController, request: Request) -> bytes:
     group = _arg(request, "group")
     # One pass over the offset table: group → its committed queues.
@@ -319,7 +311,7 @@ def _groups(broker: BrokerController, request: Request) -> bytes:
         """POP for a group online as one (Apache's test), or with pops in flight or a pop retry topic here."""
         cg = broker.consumers.get(g)
         if cg is not None and cg.channels:
-            return _CONSUME_TYPES[cg.consume_type]
+            return ConsumeType(cg.consume_type).shown
         pop_retry = f"{RETRY_GROUP_TOPIC_PREFIX}{g}_"
         return "POP" if g in popping or any(t.startswith(pop_retry) for t, _ in committed.get(g, ())) else "-"
 

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from gateway.admin.cli import Table, consumer_progress
+from gateway.remoting.bodies import ConsumeType
 from gateway.remoting.names import is_system_group
 
 from .routes import Rendered, View, page
@@ -39,21 +40,35 @@ def _summary(view: View, group: str, masters: dict[str, str]) -> dict[str, Any]:
     admin = view.admin
     row: dict[str, Any] = {"group": group, "clients": 0, "consumeType": None, "messageModel": None, "version": None}
     row |= {"consumeTps": 0.0, "lag": 0}
+    popping = False
     for addr in masters.values():
         with admin.part():
             stats = admin.consume_stats(addr, group)
+            rows = stats.get("offsetTable", {}).values()
             row["consumeTps"] += stats.get("consumeTps", 0)
-            row["lag"] += sum(r["brokerOffset"] - r["consumerOffset"] for r in stats.get("offsetTable", {}).values())
+            row["lag"] += sum(r["brokerOffset"] - r["consumerOffset"] for r in rows)
+            popping = popping or any(r.get("popInflight") for r in rows)
         with admin.part():
             conn = admin.consumer_connections(addr, group)
             if conn:
                 clients = conn.get("connectionSet", [])
                 row["clients"] = max(row["clients"], len(clients))
-                row["consumeType"] = conn.get("consumeType")
+                row["consumeType"] = _shown(conn.get("consumeType"))
                 row["messageModel"] = conn.get("messageModel")
                 row["version"] = min((c["version"] for c in clients), default=None)
+    # A group none of whose consumers is online, with pops in flight (our brokers' popInflight), is a POP group.
+    if row["consumeType"] is None and popping:
+        row["consumeType"] = "POP"
     row["consumeTps"] = round(row["consumeTps"], 2)
     return row
+
+
+def _shown(consume_type: str | None) -> str | None:
+    """CONSUME_PASSIVELY as PUSH, and so on (the connection list gives the enum's name)."""
+    try:
+        return ConsumeType[consume_type].shown if consume_type else None
+    except KeyError:
+        return consume_type
 
 
 @page("/group")
@@ -82,7 +97,7 @@ def group(view: View) -> Rendered:
                 }
             for key in ("consumeType", "messageModel", "consumeFromWhere"):
                 if conn.get(key):
-                    about[key] = conn[key]
+                    about[key] = _shown(conn[key]) if key == "consumeType" else conn[key]
         with admin.part():
             found = admin.subscription_groups(addr).get(name)
             if found and not config:

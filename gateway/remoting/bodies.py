@@ -231,6 +231,11 @@ class ConsumeType(IntEnum):
     CONSUME_PASSIVELY = 1
     CONSUME_POP = 2
 
+    @property
+    def shown(self) -> str:
+        """The name mqadmin's consumerProgress and the Dashboard show: PULL, PUSH or POP."""
+        return ("PULL", "PUSH", "POP")[self]
+
 
 class MessageModel(IntEnum):
     BROADCASTING = 0

@@ -3,6 +3,7 @@ from the Python client and the C++ client (``rocketmq==0.4.4``, a child process)
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from twisted.internet.threads import deferToThread
 
 from compat_tests.test_cpp_client import _command, _env, produce
 from gateway.client import Producer, build_message
+from tests.broker.test_pop import pop_header
 
 from .browser import ROOT, in_chromium, needs_chromium, shot
 from .conftest import Cluster, consumer_of, http, wait_until
@@ -99,3 +101,24 @@ async def test_bad_names_are_400_and_hostile_values_are_escaped(cluster: Cluster
     assert status == 200 and "Not found the producer group connection: NoSuchPG" in page
     status, page = await deferToThread(http, f"{base}/dlq?group=NoSuchCG")
     assert status == 200 and "group NoSuchCG has no dead-letter topic %DLQ%NoSuchCG" in page
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_group_popping_is_listed_as_pop(cluster: Cluster) -> None:
+    await cluster.admin.create_topic("ConsolePopTopic", 1)
+    producer = Producer("ConsolePopPG", cluster.namesrv_addr)
+    await producer.start()
+    try:
+        for i in range(3):
+            await producer.send(build_message("ConsolePopTopic", b"pop %d" % i))
+    finally:
+        await producer.shutdown()
+    popped = 0
+    for name, broker in cluster.brokers.items():
+        header = pop_header("ConsolePopTopic", "ConsolePopCG", invisible_ms=60_000)
+        result = await cluster.admin.client.api.pop_message(broker.config.broker_addr, name, header, 10.0)
+        popped += len(result.messages)
+    assert popped == 3
+    base = cluster.console()
+    status, page = await deferToThread(http, f"{base}/groups?filter=ConsolePop")
+    assert status == 200 and re.search(r">ConsolePopCG</a></td><td class=\"n\">0</td><td>POP</td>", page), page
