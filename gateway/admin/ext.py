@@ -176,6 +176,12 @@ class AdminExt:
         ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
         return self.body(self.call(addr, RequestCode.GET_CONSUME_STATS, ext))
 
+    def consumer_running_info(self, addr: str, group: str, client_id: str) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO through the broker at ``addr``: a client's ConsumerRunningInfo (its
+        properties, subscriptions, process queues and consume status), as mqadmin consumerStatus shows it."""
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+        return self.body(self.call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, ext))
+
     def broker_consume_stats(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_CONSUME_STATS: every group's ConsumeStats per topic on a broker (ConsumeStatsList)."""
         return self.body(self.call(addr, RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))

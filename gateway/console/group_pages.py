@@ -10,7 +10,7 @@ from gateway.admin.cli import Table, consumer_progress
 from gateway.remoting.bodies import ConsumeType
 from gateway.remoting.names import is_system_group
 
-from .routes import Rendered, View, page
+from .routes import BadRequest, Rendered, View, page
 
 # A page of groups asks every master for each group's figures: at most this many groups a page.
 GROUPS_A_PAGE = 100
@@ -61,6 +61,11 @@ def _summary(view: View, group: str, masters: dict[str, str]) -> dict[str, Any]:
         row["consumeType"] = "POP"
     row["consumeTps"] = round(row["consumeTps"], 2)
     return row
+
+
+def _subscription(topic: str, sub: dict[str, Any]) -> dict[str, Any]:
+    """A SubscriptionData as the pages show it."""
+    return {"topic": topic, "expressionType": sub.get("expressionType", "TAG"), "subString": sub.get("subString")}
 
 
 def _shown(consume_type: str | None) -> str | None:
@@ -117,3 +122,57 @@ def group(view: View) -> Rendered:
             "config": config,
         },
     )
+
+
+@page("/client")
+def client(view: View) -> Rendered:
+    """One consumer's running info (Dashboard's client detail, mqadmin consumerStatus), from a broker it is
+    connected to."""
+    group, client_id = view.group(), view.text("clientId", max_length=255)
+    admin = view.admin
+    for addr in admin.master_addrs().values():
+        with admin.part():
+            clients = admin.consumer_connections(addr, group).get("connectionSet", [])
+            if any(c["clientId"] == client_id for c in clients):
+                info = admin.consumer_running_info(addr, group, client_id)
+                break
+    else:
+        raise BadRequest(f"{client_id} is not a client of {group} on any broker")
+    queues = [
+        {"topic": mq["topic"], "brokerName": mq["brokerName"], "queueId": mq["queueId"], **row}
+        for mq, row in sorted(
+            info.get("mqTable", {}).items(),
+            key=lambda item: (item[0]["topic"], item[0]["brokerName"], item[0]["queueId"]),
+        )
+    ]
+    status = [{"topic": topic, **row} for topic, row in sorted(info.get("statusTable", {}).items())]
+    subscriptions = [
+        {
+            "topic": sub.get("topic"),
+            "expressionType": sub.get("expressionType", "TAG"),
+            "subString": sub.get("subString"),
+        }
+        for sub in info.get("subscriptionSet", [])
+    ]
+    return Rendered(
+        "client.html",
+        {
+            "title": f"Consumer {client_id}",
+            "group": group,
+            "client_id": client_id,
+            "properties": sorted(info.get("properties", {}).items()),
+            "queues": queues,
+            "queue_headers": ["topic", "brokerName", "queueId", *_QUEUE_FIELDS],
+            "status": status,
+            "status_headers": ["topic", *_STATUS_FIELDS],
+            "subscriptions": subscriptions,
+        },
+    )
+
+
+# ProcessQueueInfo and ConsumeStatus fields, in mqadmin consumerStatus' order.
+_QUEUE_FIELDS = (
+    "commitOffset", "cachedMsgMinOffset", "cachedMsgMaxOffset", "cachedMsgCount", "cachedMsgSizeInMiB", "locked",
+    "tryUnlockTimes", "lastLockTimestamp", "droped", "lastPullTimestamp", "lastConsumeTimestamp",
+)  # fmt: skip
+_STATUS_FIELDS = ("pullRT", "pullTPS", "consumeRT", "consumeOKTPS", "consumeFailedTPS", "consumeFailedMsgs")

@@ -122,3 +122,31 @@ async def test_a_group_popping_is_listed_as_pop(cluster: Cluster) -> None:
     base = cluster.console()
     status, page = await deferToThread(http, f"{base}/groups?filter=ConsolePop")
     assert status == 200 and re.search(r">ConsolePopCG</a></td><td class=\"n\">0</td><td>POP</td>", page), page
+
+
+@needs_chromium
+@pytest_twisted.ensureDeferred
+async def test_a_consumers_running_info_from_its_group_page(cluster: Cluster) -> None:
+    await cluster.admin.create_topic("ConsoleClientTopic", 2)
+    consumer, _ = consumer_of(cluster, "ConsoleClientCG", "ConsoleClientTopic")
+    await consumer.start()
+    try:
+        await wait_until(lambda: _online(cluster, "ConsoleClientCG"), 20, "the consumer online")
+        await wait_until(lambda: len(consumer.rebalance.process_queue_table) == 4, 20, "its 4 queues")
+        base = cluster.console()
+
+        def steps(page: Any) -> str:
+            page.goto(f"{base}/group?group=ConsoleClientCG")
+            page.locator("main table a", has_text=consumer.client.client_id).click()
+            page.wait_for_load_state()
+            shot(page, "pages-client")
+            return page.inner_text("main")
+
+        text = await deferToThread(in_chromium, steps)
+    finally:
+        await consumer.shutdown()
+    assert f"Consumer {consumer.client.client_id}" in text and "PROP_CONSUME_TYPE" in text
+    # Its process queues: 2 queues on each broker.
+    assert text.count("ConsoleClientTopic\tbroker-a") == 2 and text.count("ConsoleClientTopic\tbroker-b") == 2
+    status, page = await deferToThread(http, f"{base}/client?group=ConsoleClientCG&clientId=nobody")
+    assert status == 400 and "nobody is not a client of ConsoleClientCG on any broker" in page
