@@ -17,6 +17,7 @@ from gateway.remoting.codes import PermName
 from gateway.remoting.message import MessageConst
 from gateway.remoting.names import DLQ_GROUP_TOPIC_PREFIX
 
+from .message_pages import MESSAGES_A_PAGE
 from .routes import BadRequest, Done, View, action
 
 _PERMS = {"RW": PermName.PERM_READ | PermName.PERM_WRITE, "R": PermName.PERM_READ, "W": PermName.PERM_WRITE}
@@ -165,17 +166,24 @@ def message_resend(view: View) -> Done:
 
 @action("/dlq/resend")
 def dlq_resend(view: View) -> Done:
-    """A dead letter sent again to the topic it came from, with its body, keys, tags and properties."""
-    group, offset_msg_id = view.group(), view.offset_msg_id()
-    m = view.message()
-    if m.topic != DLQ_GROUP_TOPIC_PREFIX + group:
-        raise BadRequest(f"{offset_msg_id} is not a dead letter of {group}")
-    topic = m.properties.get(MessageConst.RETRY_TOPIC) or ""
-    if not topic:
-        raise BadRequest(f"{offset_msg_id} does not say which topic it came from")
-    kept = {k: v for k, v in m.properties.items() if k not in _BOOKKEEPING}
-    sent = view.admin.send_message(topic, m.body, kept)
-    return Done(f"resent to {topic}: msgId {sent['msgId']}", f"/dlq?group={group}")
+    """Dead letters (``id``, or ``ids``: those a DLQ page shows, Dashboard's batch resend) sent again to the topic
+    each came from, with its body, keys, tags and properties."""
+    group = view.group()
+    ids = [view.offset_msg_id()] if view.args.get("id") else view.offset_msg_ids("ids", MESSAGES_A_PAGE)
+    letters = []
+    for offset_msg_id in ids:
+        m = view.message_by_id(offset_msg_id)
+        if m.topic != DLQ_GROUP_TOPIC_PREFIX + group:
+            raise BadRequest(f"{offset_msg_id} is not a dead letter of {group}")
+        if not m.properties.get(MessageConst.RETRY_TOPIC):
+            raise BadRequest(f"{offset_msg_id} does not say which topic it came from")
+        letters.append(m)
+    lines = []
+    for m in letters:
+        topic = m.properties[MessageConst.RETRY_TOPIC]
+        kept = {k: v for k, v in m.properties.items() if k not in _BOOKKEEPING}
+        lines.append(f"resent to {topic}: msgId {view.admin.send_message(topic, m.body, kept)['msgId']}")
+    return Done("; ".join(lines), f"/dlq?group={group}")
 
 
 @action("/message/send")

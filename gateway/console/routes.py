@@ -109,10 +109,25 @@ class View:
         raise BadRequest(f"no broker at {addr} in the cluster")
 
     def message(self, name: str = "id") -> MessageExt:
-        """The message an offset message id names, from its broker (one the cluster has)."""
-        offset_msg_id = self.offset_msg_id(name)
+        """The message the offset message id argument ``name`` names."""
+        return self.message_by_id(self.offset_msg_id(name))
+
+    def message_by_id(self, offset_msg_id: str) -> MessageExt:
+        """The message an (already checked) offset message id names, from its broker (one the cluster has)."""
         self.broker_addr(decode_offset_message_id(offset_msg_id)[0])
         return self.admin.view_message(offset_msg_id)
+
+    def offset_msg_ids(self, name: str, most: int) -> list[str]:
+        """A comma-separated list of at most ``most`` offset message ids."""
+        ids = [i.strip() for i in self.text(name, max_length=most * 41).split(",") if i.strip()]
+        if not ids or len(ids) > most:
+            raise BadRequest(f"{name}: give 1 to {most} offset message ids")
+        for value in ids:
+            try:
+                decode_offset_message_id(value)
+            except ValueError:
+                raise BadRequest(f"not an offset message id: {value}") from None
+        return ids
 
     def time(self, name: str, default: int | None = None) -> int:
         """ms since the epoch, or a local time as a browser's datetime-local field gives it

@@ -160,6 +160,19 @@ async def test_resend_to_a_consumer_and_dead_letters_back_to_their_topic(cluster
         # The consumer gets it as a new message of the topic, with its body and keys.
         await wait_until(lambda: len(got) == 3, 20, "the dead letter back on its topic")
         assert got[-1].body == b"resend me" and got[-1].keys == "again" and got[-1].topic == TOPIC
+
+        # Every dead letter the page shows, at once (the one above came back and died again: 2 now).
+        def dlq_all(page: Any) -> str:
+            for _ in range(40):
+                page.goto(f"{base}/dlq?group=ConsoleDeadCG")
+                if "2 found" in page.inner_text("main"):
+                    break
+                page.wait_for_timeout(250)
+            return _submit(page, "resend-all", {})
+
+        line = await deferToThread(in_chromium, dlq_all)
+        assert line.count(f"resent to {TOPIC}") == 2, line
+        await wait_until(lambda: len(got) == 5, 20, "both dead letters back on their topic")
     finally:
         await dead.shutdown()
         await consumer.shutdown()
