@@ -145,7 +145,12 @@ def _tracks(view: View, m: MessageExt) -> list[dict[str, Any]]:
 
 @page("/trace", nav="Trace")
 def trace(view: View) -> Rendered:
-    context: dict[str, Any] = {"title": "Message trace", "id": view.args.get("id", "")}
+    context: dict[str, Any] = {"title": "Message trace", "args": dict(view.args)}
+    if view.args.get("topic") and view.args.get("key"):
+        # Dashboard's trace query by key: the messages with the key, each linking to its trace.
+        found = view.admin.query_message(view.topic(), view.text("key", max_length=1024))
+        context["found"] = [_row(m) for m in found[:MESSAGES_A_PAGE]]
+        return Rendered("trace.html", context)
     if not view.args.get("id"):
         return Rendered("trace.html", context)
     msg_id = view.text("id", max_length=64).strip()

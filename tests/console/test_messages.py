@@ -78,6 +78,8 @@ async def test_message_trace_and_dlq_pages(cluster: Cluster) -> None:
         assert status == 200 and "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
         assert "&lt;x&gt;" in page and "<x>" not in page
 
+        status, page = await deferToThread(http, f"{base}/trace?topic={TOPIC}&key=plain")
+        assert status == 200 and "1 found" in page and f'href="/trace?id={sent["plain"].msg_id}"' in page
         page = await _page_until(f"{base}/trace?id={sent['plain'].msg_id}", "SubAfter")
         assert "Pub" in page and "SubBefore" in page and "ConsoleMsgPG" in page and "ConsoleMsgCG" in page
         assert re.search(r'<rect x="[\d.]+" y="\d+" width="[\d.]+" height="18" class="bar Pub">', page)
