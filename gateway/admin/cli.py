@@ -725,18 +725,27 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=summary, description=summary)
         p.add_argument("-n", "--namesrvAddr", metavar="HOST:PORT[;HOST:PORT]", help=f"name servers (default: {where})")
         p.add_argument("--json", action="store_true", help="print JSON (errors too, on standard error)")
-        p.add_argument("--accessKey", default=os.environ.get("ROCKETMQ_ACCESS_KEY"), help="ACL access key")
-        p.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="ACL secret key")
-        p.add_argument("--tls", action="store_true", help="connect with TLS")
-        p.add_argument("--tlsTrustCertPath", help="verify the servers against this CA file")
-        p.add_argument("--tlsCertPath", help="client certificate, for servers that require one (mutual TLS)")
-        p.add_argument("--tlsKeyPath", help="the client certificate's private key")
+        add_connection_arguments(p)
         p.add_argument("--timeoutMillis", type=int, default=10000)
         options(p)
     return parser
 
 
-def _tls_context(args: argparse.Namespace) -> ssl.SSLContext:
+def add_connection_arguments(p: argparse.ArgumentParser) -> None:
+    """How a tool reaches a cluster: an ACL account and TLS (mqadmin's options; the console takes them too)."""
+    p.add_argument("--accessKey", default=os.environ.get("ROCKETMQ_ACCESS_KEY"), help="ACL access key")
+    p.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="ACL secret key")
+    p.add_argument("--tls", action="store_true", help="connect with TLS")
+    p.add_argument("--tlsTrustCertPath", help="verify the servers against this CA file")
+    p.add_argument("--tlsCertPath", help="client certificate, for servers that require one (mutual TLS)")
+    p.add_argument("--tlsKeyPath", help="the client certificate's private key")
+
+
+def tls_context(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The TLS context of ``--tls`` and its files (None without ``--tls``); CommandFailed naming a file that
+    cannot be used."""
+    if not args.tls:
+        return None
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     tls.check_hostname = False
     if args.tlsTrustCertPath:
@@ -771,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     _, _, run = _COMMANDS[args.command]
     admin: Session | None = None
     try:
-        tls = _tls_context(args) if args.tls else None
+        tls = tls_context(args)
         with Session(
             namesrv, access_key=args.accessKey, secret_key=args.secretKey, tls=tls, timeout=args.timeoutMillis / 1000
         ) as admin:

@@ -71,9 +71,8 @@ class Sampler:
 
     def sample(self) -> None:
         """Read the cluster once (blocking) and add a point to each series."""
-        s = self.settings
         if self._admin is None:
-            self._admin = Session(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
+            self._admin = self.settings.session()
         admin = self._admin
         admin.errors.clear()
         now = time.time()

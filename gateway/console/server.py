@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -60,6 +59,7 @@ class ConsoleService(Service):
 
 def main(argv: list[str]) -> int:
     """``rocketmq-gateway console``: the console against the cluster of ``-n``, until Ctrl-C."""
+    from gateway.admin.cli import CommandFailed, add_connection_arguments, tls_context
     from gateway.logs import LogSettings, add_log_arguments, start_logging
     from gateway.runner import run_services
 
@@ -72,11 +72,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument("--writable", action="store_true", help="allow actions on a cluster without ACL")
     parser.add_argument("--allow-remote", action="store_true", help="listen on a non-loopback address without ACL")
-    parser.add_argument("--accessKey", default=os.environ.get("ROCKETMQ_ACCESS_KEY"), help="ACL account to read with")
-    parser.add_argument("--secretKey", default=os.environ.get("ROCKETMQ_SECRET_KEY"), help="its secret key")
+    add_connection_arguments(parser)  # --accessKey/--secretKey: the account the console reads with; --tls...
     parser.add_argument("--history-hours", type=int, default=3, help="hours of chart samples kept (default 3)")
     add_log_arguments(parser)
     args = parser.parse_args(argv)
+    try:
+        tls = tls_context(args)
+    except CommandFailed as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 1
     settings = ConsoleSettings(
         args.namesrvAddr,
         host=args.host,
@@ -86,6 +90,7 @@ def main(argv: list[str]) -> int:
         access_key=args.accessKey,
         secret_key=args.secretKey,
         history_hours=args.history_hours,
+        tls=tls,
     )
     try:
         settings.check()

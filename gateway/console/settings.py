@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.admin.ext import namesrv_addrs
 from gateway.config import ConfigError
+
+if TYPE_CHECKING:
+    from gateway.admin.cli import Session
 
 DEFAULT_PORT = 8082
 
@@ -26,6 +31,17 @@ class ConsoleSettings:
     secret_key: str | None = None
     # Charts keep this many hours of 10 s samples in memory.
     history_hours: int = 3
+    # Reach the cluster over TLS with this context (mqadmin's --tls options).
+    tls: ssl.SSLContext | None = None
+
+    def session(self, access_key: str | None = None, secret_key: str | None = None) -> Session:
+        """An mqadmin session to the cluster, signed with the given account (else the console's), over TLS when
+        the console was told to."""
+        from gateway.admin.cli import Session
+
+        if access_key is None:
+            access_key, secret_key = self.access_key, self.secret_key
+        return Session(self.namesrv, access_key=access_key, secret_key=secret_key, tls=self.tls)
 
     @property
     def acl(self) -> bool:

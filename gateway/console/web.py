@@ -122,8 +122,7 @@ class ClusterAccess:
         """This thread's session, its errors cleared."""
         admin = getattr(self._local, "admin", None)
         if admin is None:
-            s = self.settings
-            admin = self._local.admin = Session(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
+            admin = self._local.admin = self.settings.session()
             with self._lock:
                 self._all.append(admin)
         admin.errors.clear()
@@ -131,10 +130,9 @@ class ClusterAccess:
 
     def acting(self, account: Account | None) -> Session:
         """A session for one action (closed by the caller): the account's when given, else the console's."""
-        s = self.settings
         if account is not None:
-            return Session(s.namesrv, access_key=account.access_key, secret_key=account.secret_key)
-        return Session(s.namesrv, access_key=s.access_key, secret_key=s.secret_key)
+            return self.settings.session(account.access_key, account.secret_key)
+        return self.settings.session()
 
     def close(self) -> None:
         with self._lock:

@@ -111,12 +111,12 @@ def consumer_of(
     return consumer, got
 
 
-def console_process(namesrv: str) -> tuple[subprocess.Popen[str], str]:
-    """``rocketmq-gateway console`` against ``namesrv`` in a child process on a free port (blocking: call it with
-    deferToThread in a reactor's test); the process and its URL once it printed its ready line. Terminate it,
-    then :func:`end_process`."""
+def console_process(namesrv: str, *options: str) -> tuple[subprocess.Popen[str], str]:
+    """``rocketmq-gateway console`` against ``namesrv`` (with ``options``) in a child process on a free port
+    (blocking: call it with deferToThread in a reactor's test); the process and its URL once it printed its ready
+    line. Stop it with :func:`end_process`."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "console", "-n", namesrv, "--port", "0"],
+        [sys.executable, "-m", "gateway", "console", "-n", namesrv, "--port", "0", *options],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     found: list[str] = []
