@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.admin.ext import AdminError
+
 from .routes import Rendered, View, page
 
 
@@ -39,7 +41,7 @@ def _id(item: tuple[Any, str]) -> int:
 def _runtime(view: View, addr: str) -> dict[str, Any]:
     try:
         info = view.admin.runtime_info(addr)
-    except OSError as e:
+    except (AdminError, OSError) as e:  # one broker down or refusing: its row says why, the page still shows
         return {"error": str(e)}
     out = {
         "version": info.get("brokerVersionDesc", ""),

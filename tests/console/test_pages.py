@@ -12,8 +12,11 @@ import pytest_twisted
 from twisted.internet.threads import deferToThread
 
 from compat_tests.test_cpp_client import _command, _env, produce
+from gateway.admin.ext import AdminExt
 from gateway.client import Producer, build_message
 from tests.broker.test_pop import pop_header
+from tests.dledger.cluster import free_ports
+from tests.namesrv.support import register_request
 
 from .browser import ROOT, in_chromium, needs_chromium, shot
 from .conftest import Cluster, consumer_of, http, wait_until
@@ -150,3 +153,26 @@ async def test_a_consumers_running_info_from_its_group_page(cluster: Cluster) ->
     assert text.count("ConsoleClientTopic\tbroker-a") == 2 and text.count("ConsoleClientTopic\tbroker-b") == 2
     status, page = await deferToThread(http, f"{base}/client?group=ConsoleClientCG&clientId=nobody")
     assert status == 400 and "nobody is not a client of ConsoleClientCG on any broker" in page
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_broker_that_does_not_answer_shows_its_error_in_its_row(cluster: Cluster) -> None:
+    # Two slaves of broker-b registered as a broker would and gone: one address where nothing listens, one where
+    # the NameServer answers (an error code: GET_BROKER_RUNTIME_INFO is not its request).
+    (dead_port,) = free_ports(1)
+    dead, wrong = f"127.0.0.1:{dead_port}", cluster.namesrv_addr
+    registrar = AdminExt(cluster.namesrv_addr)  # the NameServer keeps them while this connection is open
+    try:
+        for broker_id, addr in ((1, dead), (2, wrong)):
+            request = register_request("broker-b", addr, {}, broker_id=broker_id, ha_server_addr="")
+            await deferToThread(registrar.call, cluster.namesrv_addr, request.code, request.ext_fields, request.body)
+        status, page = await deferToThread(http, cluster.console() + "/")
+    finally:
+        registrar.close()
+    assert status == 200, page
+    rows = {re.search(r">([\d.:]+)</a>", row)[1]: row for row in re.findall(r"<tr><td>broker-.*?</tr>", page, re.S)}
+    assert len(rows) == 4, page
+    assert "SLAVE" in rows[dead] and f'class="error">{dead}: ' in rows[dead] and "Connection refused" in rows[dead]
+    assert "SLAVE" in rows[wrong] and "request type 28 not supported" in rows[wrong]
+    masters = [row for addr, row in rows.items() if addr not in (dead, wrong)]
+    assert all("MASTER" in row and "V4_9_8" in row and "error" not in row for row in masters)
