@@ -369,6 +369,32 @@ def delete_sub_group(admin: Session, args: argparse.Namespace) -> Any:
 def _group_topic_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-g", "--groupName", required=True)
     p.add_argument("-t", "--topicName")
+    p.add_argument("-s", "--showClientIP", action="store_true", help="which client holds each queue")
+
+
+# The clients asked which queues they hold, at most: one GET_CONSUMER_RUNNING_INFO each.
+ALLOCATION_CLIENTS = 64
+
+
+def queue_allocation(admin: AdminExt, group: str, masters: dict[str, str]) -> dict[tuple[str, str, int], str]:
+    """(topic, brokerName, queueId) → the IP of the client holding the queue, from each online client's running
+    info (mqadmin consumerProgress -s); a client that does not answer holds nothing."""
+    held: dict[tuple[str, str, int], str] = {}
+    for addr in masters.values():
+        try:
+            clients = admin.consumer_connections(addr, group).get("connectionSet", [])
+        except (AdminError, OSError):
+            continue
+        for client in clients[:ALLOCATION_CLIENTS]:
+            try:
+                info = admin.consumer_running_info(addr, group, client["clientId"])
+            except (AdminError, OSError):
+                continue
+            for mq in info.get("mqTable", {}):
+                held[mq["topic"], mq["brokerName"], mq["queueId"]] = client["clientId"].split("@")[0]
+        if clients:  # every broker knows the same clients: one that lists them is enough
+            break
+    return held
 
 
 @command("consumerProgress", "a group's offsets, lag and messages in flight per queue", _group_topic_args)
@@ -380,6 +406,7 @@ def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
     retry = f"%RETRY%{args.groupName}"
     topics = {args.topicName} if args.topicName else set()
     masters = admin.route_masters(args.topicName or retry)
+    held = queue_allocation(admin, args.groupName, masters) if getattr(args, "showClientIP", False) else None
     for addr in masters.values():
         stats: dict[str, Any] = {}
         with admin.part():
@@ -404,8 +431,12 @@ def consumer_progress(admin: Session, args: argparse.Namespace) -> Any:
                     "lastTime": _ms(row.get("lastTimestamp", 0)),
                 }
             )
+            if held is not None:
+                rows[-1]["clientIP"] = held.get((mq["topic"], mq["brokerName"], mq["queueId"]), "N/A")
     rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
     headers = ["topic", "brokerName", "queueId", "brokerOffset", "consumerOffset", "diff", "inflight", "lastTime"]
+    if held is not None:  # where mqadmin puts it
+        headers.insert(5, "clientIP")
     tail = {"Diff Total": total_diff, "Inflight Total": total_inflight}
     return Table(rows, headers, tail, "offsetTable")
 

@@ -83,7 +83,7 @@ def group(view: View) -> Rendered:
     # A group that never consumed has no %RETRY% route: its progress is empty, the rest of the page still shows.
     progress = Table([], [], {"Diff Total": 0, "Inflight Total": 0})
     with admin.part():
-        progress = consumer_progress(admin, argparse.Namespace(groupName=name, topicName=None))
+        progress = consumer_progress(admin, argparse.Namespace(groupName=name, topicName=None, showClientIP=True))
     masters = admin.master_addrs()
     clients: dict[str, dict[str, Any]] = {}
     subscriptions: dict[str, dict[str, Any]] = {}

@@ -134,6 +134,8 @@ async def test_consumer_tools_and_trace(servers: Servers) -> None:  # noqa: F811
         assert sum(r["brokerOffset"] for r in rows) == 6 and sum(r["diff"] for r in rows) == 0 == progress["diffTotal"]
         _, out, _ = await admin(servers, "consumerProgress", "-g", group)
         assert "Diff Total: 0" in out
+        held = await admin_json(servers, "consumerProgress", "-g", group, "-t", topic, "-s")
+        assert [r["clientIP"] for r in held["offsetTable"]] == [consumer.client.client_id.split("@")[0]] * 2
         connection = await admin_json(servers, "consumerConnection", "-g", group)
         (conn,) = connection["connectionSet"]
         assert conn["clientId"] == consumer.client.client_id and conn["language"] == "PYTHON"

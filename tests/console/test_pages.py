@@ -89,6 +89,9 @@ async def test_pages_show_both_brokers_and_both_clients(cluster: Cluster, tmp_pa
     assert group in seen["topic"] and "ConsoleCppCG" in seen["topic"]
     assert group in seen["groups"] and "ConsoleCppCG" in seen["groups"]
     assert re.search(rf"^{re.escape(consumer.client.client_id)}\t127\.0\.0\.1:\d+\tPYTHON\t", seen["group"], re.M)
+    # Its progress: each of the 4 queues held by the Python consumer (mqadmin consumerProgress -s).
+    held = re.findall(rf"^{topic}\tbroker-[ab]\t\d\t\d+\t\d+\t(.*?)\t", seen["group"], re.M)
+    assert held == [consumer.client.client_id.split("@")[0]] * 4, seen["group"]
     assert re.search(r"\t127\.0\.0\.1:\d+\tCPP\t", seen["cpp_group"]), seen["cpp_group"]
     assert producer.client.client_id in seen["producers"]
 
