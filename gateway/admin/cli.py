@@ -378,20 +378,21 @@ ALLOCATION_CLIENTS = 64
 
 def queue_allocation(admin: AdminExt, group: str, masters: dict[str, str]) -> dict[tuple[str, str, int], str]:
     """(topic, brokerName, queueId) → the IP of the client holding the queue, from each online client's running
-    info (mqadmin consumerProgress -s); a client that does not answer holds nothing."""
+    info (mqadmin consumerProgress -s). As mqadmin, the first client that does not answer ends the asking (each
+    costs the broker's timeout): the queues not found show N/A."""
     held: dict[tuple[str, str, int], str] = {}
     for addr in masters.values():
         try:
             clients = admin.consumer_connections(addr, group).get("connectionSet", [])
         except (AdminError, OSError):
-            continue
-        for client in clients[:ALLOCATION_CLIENTS]:
-            try:
+            continue  # another broker lists them
+        try:
+            for client in clients[:ALLOCATION_CLIENTS]:
                 info = admin.consumer_running_info(addr, group, client["clientId"])
-            except (AdminError, OSError):
-                continue
-            for mq in info.get("mqTable", {}):
-                held[mq["topic"], mq["brokerName"], mq["queueId"]] = client["clientId"].split("@")[0]
+                for mq in info.get("mqTable", {}):
+                    held[mq["topic"], mq["brokerName"], mq["queueId"]] = client["clientId"].split("@")[0]
+        except (AdminError, OSError):
+            break
         if clients:  # every broker knows the same clients: one that lists them is enough
             break
     return held
