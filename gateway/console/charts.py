@@ -78,7 +78,9 @@ class Sampler:
         now = time.time()
         masters = admin.master_addrs()
         reserved = reserved_topics(admin.cluster_info())
-        for topic in [t for t in admin.topic_list() if topic_kind(t, reserved) == "normal"]:
+        topics = [t for t in admin.topic_list() if topic_kind(t, reserved) == "normal"]
+        _forget(self.topic_tps, self._max_offsets, keep=set(topics))  # deleted topics free their places
+        for topic in topics:
             total = 0
             with admin.part():
                 for addr in admin.route_masters(topic).values():
@@ -99,6 +101,8 @@ class Sampler:
                             tps[group] = tps.get(group, 0.0) + stats.get("consumeTps", 0.0)
                             rows = stats.get("offsetTable", {}).values()
                             lag[group] = lag.get(group, 0) + sum(r["brokerOffset"] - r["consumerOffset"] for r in rows)
+        if not admin.errors:  # a broker that did not answer does not make its groups vanish
+            _forget(self.group_tps, self.group_lag, keep=set(tps))
         for group in tps:
             self._add(self.group_tps, group, now, tps[group], MAX_GROUPS)
             self._add(self.group_lag, group, now, lag[group], MAX_GROUPS)
@@ -111,6 +115,12 @@ class Sampler:
                 return
             series = table[name] = Series(deque(maxlen=self.maxlen))
         series.add(when, value)
+
+
+def _forget(*tables: dict[str, Any], keep: set[str]) -> None:
+    for table in tables:
+        for name in [n for n in table if n not in keep]:
+            del table[name]
 
 
 def svg_chart(points: Iterable[tuple[float, float]], label: str, width: int = 720, height: int = 200) -> dict[str, Any]:

@@ -250,12 +250,20 @@ class ConsoleResource(Resource):
             raise Refused("this console is read-only (consoleWritable=false)")
 
     def _run(self, request: Request, session: ConsoleSession, work: Any) -> Any:
+        gone: list[bool] = []  # the browser left before the work was done: nothing to answer
+        request.notifyFinish().addErrback(lambda _: gone.append(True))
+
+        def finish(body: bytes) -> None:
+            if not gone:
+                request.write(body)
+                request.finish()
+
         def done(result: Rendered | Done) -> None:
             if isinstance(result, Done):
                 session.flash = result.message
-                _finish(request, _redirect(request, result.back))
+                finish(_redirect(request, result.back))
             else:
-                _finish(request, self._page(request, session, result))
+                finish(self._page(request, session, result))
 
         def failed(failure: Any) -> None:
             error = failure.value
@@ -268,7 +276,7 @@ class ConsoleResource(Resource):
             else:
                 log.failure("console page {path}", failure, path=_path(request))
                 error, status = "internal error (see the console's log)", 500
-            _finish(request, self._page(request, session, Rendered("error.html", {"error": str(error)}, status)))
+            finish(self._page(request, session, Rendered("error.html", {"error": str(error)}, status)))
 
         deferToThread(work).addCallbacks(done, failed)
         return NOT_DONE_YET
@@ -328,10 +336,3 @@ def _redirect(request: Request, back: str) -> bytes:
     request.setResponseCode(303)
     request.setHeader(b"location", target.encode())
     return b""
-
-
-def _finish(request: Request, body: bytes) -> None:
-    if request.finished or getattr(request, "_disconnected", False):
-        return
-    request.write(body)
-    request.finish()

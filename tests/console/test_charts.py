@@ -3,6 +3,7 @@ bounded in length and number."""
 
 from __future__ import annotations
 
+from argparse import Namespace
 from collections import deque
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
+from gateway.admin.cli import Session, delete_topic
 from gateway.client import Producer, build_message
 from gateway.console import charts
 from gateway.console.charts import Sampler, Series, svg_chart
@@ -51,6 +53,13 @@ async def test_topic_and_group_charts_after_traffic(cluster: Cluster) -> None:
 
         dom = await deferToThread(in_chromium, steps)
         assert f"{topic} put TPS" in dom and "<polyline" in dom and 'src="/static/charts.js"' in dom
+        # A deleted topic frees its place among the series.
+        session = Session(cluster.namesrv_addr)
+        try:
+            await deferToThread(delete_topic, session, Namespace(topic=topic, clusterName="DefaultCluster"))
+        finally:
+            session.close()
+        await wait_until(lambda: topic not in sampler.topic_tps, 10, "the deleted topic's series dropped")
     finally:
         await consumer.shutdown()
         await producer.shutdown()

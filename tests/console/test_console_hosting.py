@@ -13,6 +13,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.threads import deferToThread
 
+from gateway.admin.ext import AdminError, AdminExt
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
 from gateway.config import ConfigError
@@ -41,6 +42,10 @@ async def test_a_namesrv_with_console_enable_serves_the_console_of_its_cluster(t
         # The broker's own pages link to it.
         status, page = await deferToThread(http, f"http://127.0.0.1:{cfg.metricsPromExporterPort}/console/")
         assert status == 200 and f'<a href="{namesrv.console.url}">Cluster console</a>' in page
+        # Not settable remotely: the link is what broker.conf says.
+        with AdminExt(f"127.0.0.1:{namesrv.port}") as admin, pytest.raises(AdminError, match="in black list"):
+            await deferToThread(admin.update_broker_config, cfg.broker_addr, "clusterConsoleUrl", "javascript:alert(1)")
+        assert broker.config.clusterConsoleUrl == namesrv.console.url
         # The console's account never leaves the process in the NameServer's config.
         assert "consoleSecretKey" not in namesrv.config.to_properties()
     finally:

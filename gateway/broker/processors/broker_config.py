@@ -54,6 +54,7 @@ FIXED_BLACK_LIST = frozenset(
         "metricGrpcExporterIntervalInMills",
         "metricLoggingExporterIntervalInMills",
         "metricsLabel",
+        "clusterConsoleUrl",  # a link on the broker's pages: checked when broker.conf is read, not settable remotely
     }
     | SECRET_KEYS
 )
