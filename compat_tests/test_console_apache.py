@@ -43,6 +43,10 @@ def test_read_pages_against_apache_4_9_8(tmp_path: Path) -> None:
                     ("by_key", f"/messages?topic={TOPIC}&key=apache-key-3"),
                     ("by_time", f"/messages?topic={TOPIC}"),
                     ("charts", "/charts"),
+                    ("producers", f"/producers?topic={TOPIC}&group=NoSuchPG"),
+                    ("dlq", f"/dlq?group={GROUP}"),
+                    ("trace", f"/trace?topic={TOPIC}&key=apache-key-3"),
+                    ("client_list", f"/groups?filter={GROUP}"),
                 ):
                     page.goto(base + path)
                     shot(page, f"apache-{name}")
@@ -65,4 +69,8 @@ def test_read_pages_against_apache_4_9_8(tmp_path: Path) -> None:
     assert TOPIC in seen["group"] and "Total lag: 0" in seen["group"]
     assert "1 found" in seen["by_key"] and "10 found" in seen["by_time"]
     assert "apache message 3" in seen["message"] and "apache-key-3 alt-3" in seen["message"]
+    assert "Not found the producer group connection: NoSuchPG" in seen["producers"]
+    assert f"group {GROUP} has no dead-letter topic" in seen["dlq"]
+    assert "1 found" in seen["trace"]
+    assert GROUP in seen["client_list"]
     assert len(sent) == 10
