@@ -333,7 +333,12 @@ async def test_pops_and_revives_count_once_committed(tmp_path, remoting) -> None
         assert all(controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
         for follower in (m for m in members if m is not master):
             follower.controller.registration.master_addr = master.addr
-            await follower.controller.slave_sync.sync_all()
+            # A table whose fetch times out in a loaded suite is logged, not raised: sync until the topic came.
+            for _ in range(5):
+                await follower.controller.slave_sync.sync_all()
+                if follower.controller.topics.select("DLP") is not None:
+                    break
+            assert follower.controller.topics.select("DLP") is not None, "the topic never reached the follower"
             assert all(follower.controller.offsets.query_offset(REVIVE_GROUP, topic, q) < 0 for q in range(8))
             assert follower.controller.offsets.query_offset("pg", "DLP", 0) == 1
         new = await the_master([m for m in members if m is not master])
