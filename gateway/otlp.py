@@ -188,17 +188,16 @@ class MetricsPusher:
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
         metrics = _points(self.collector.collect(), self.labels, self._start_ns, time.time_ns())
-        if self.kind == "LOG":
-            for m in metrics:
-                for p in m.data.data_points:
-                    value = getattr(p, "value", None)
-                    value = value if value is not None else f"count={p.count} sum={p.sum}"
-                    log.info(
-                        "metric {name} {attributes} {value}", name=m.name, attributes=dict(p.attributes), value=value
-                    )
-            return
         scope = ScopeMetrics(InstrumentationScope(self.meter), metrics, "")
         data = MetricsData([ResourceMetrics(Resource.get_empty(), [scope], "")])
+        if self.kind == "LOG":
+            # As Apache's OtlpJsonLoggingMetricExporter: a push as one line of OTLP's JSON.
+            from google.protobuf.json_format import MessageToJson
+            from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+
+            for resource_metrics in encode_metrics(data).resource_metrics:
+                log.info("{otlp_json}", otlp_json=MessageToJson(resource_metrics, indent=None))
+            return
         ok = self.exporter.export(data, timeout_millis=self.timeout_ms) == MetricExportResult.SUCCESS
         self.pushes += ok
         self.failures += not ok

@@ -4,6 +4,7 @@ a receiver that is down costs the broker a log line."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -181,12 +182,24 @@ async def test_log_exporter_writes_the_points(tmp_path: Path, remoting: Remoting
         await create_topic(broker, "LogTopic", 1)
         assert (await send(broker, "LogTopic", b"x", {})).code == 0
 
-        def logged() -> bool:
-            return any("metric rocketmq_messages_in_total" in line and "'LogTopic'" in line for line in log_lines.lines)
+        def messages_in() -> list[Any]:
+            """The LogTopic points of rocketmq_messages_in_total in the OTLP JSON lines logged."""
+            found = []
+            for line in log_lines.lines:
+                if line.startswith('{"scopeMetrics"') or line.startswith('{"resource"'):
+                    for sm in json.loads(line)["scopeMetrics"]:
+                        for m in sm["metrics"]:
+                            if m["name"] == "rocketmq_messages_in_total":
+                                found += [p for p in m["sum"]["dataPoints"] if _attr(p, "topic") == "LogTopic"]
+            return found
 
-        await wait_until(logged, 10, "the point in the log")
+        await wait_until(lambda: any(p.get("asInt") == "1" for p in messages_in()), 10, "the point in the log")
     finally:
         await broker.stop()
+
+
+def _attr(point: dict[str, Any], key: str) -> str | None:
+    return next((a["value"]["stringValue"] for a in point["attributes"] if a["key"] == key), None)
 
 
 @pytest_twisted.ensureDeferred
