@@ -77,24 +77,18 @@ def main(argv: list[str]) -> int:
     add_log_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        tls = tls_context(args)
-    except CommandFailed as e:
-        print(f"configuration error: {e}", file=sys.stderr)
-        return 1
-    settings = ConsoleSettings(
-        args.namesrvAddr,
-        host=args.host,
-        port=args.port,
-        writable=args.writable,
-        allow_remote=args.allow_remote,
-        access_key=args.accessKey,
-        secret_key=args.secretKey,
-        history_hours=args.history_hours,
-        tls=tls,
-    )
-    try:
-        settings.check()
-    except ConfigError as e:
+        settings = ConsoleSettings(
+            args.namesrvAddr,
+            host=args.host,
+            port=args.port,
+            writable=args.writable,
+            allow_remote=args.allow_remote,
+            access_key=args.accessKey,
+            secret_key=args.secretKey,
+            history_hours=args.history_hours,
+            tls=tls_context(args),
+        ).check()
+    except (CommandFailed, ConfigError) as e:  # a setting or a TLS file the console cannot use: one line
         print(f"configuration error: {e}", file=sys.stderr)
         return 1
     start_logging(LogSettings.from_args(args), "console.log")
