@@ -7,7 +7,9 @@
  * that is not plainly valid, a new topic, a segment to roll, an error to report) is left to the Python processor,
  * which is the reference: the lane only takes what Python would store and answer SUCCESS, and stops at the first
  * request it does not take so that requests are served in order. send_lane.py builds the lane and serves SYNC_FLUSH
- * waits. The GIL is held throughout: the lane reads and updates the same Python objects the processor does.
+ * waits. With the RPC latency histograms on (a metrics exporter), each send it answers is counted in them as the
+ * dispatcher counts one. The GIL is held throughout: the lane reads and updates the same Python objects the
+ * processor does.
  */
 #include "../remoting/send_frame.h"
 #include "../store/record.h"
@@ -20,7 +22,7 @@
     X(brokerPermission) X(put_refused) X(put_waiter) X(table) X(perm) X(write_queue_nums) X(read_queue_nums)         \
     X(topic_filter_type) X(topic_queue_table) X(_topic_bytes) X(maxMessageSize) X(files) X(wrote_where)             \
     X(end_offset) X(file_from_offset) X(file_size) X(mm) X(_warm_at) X(_warm) X(tail) X(dispatcher) X(_writable)     \
-    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host)
+    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host) X(buckets) X(entry)
 #define DECLARE(n) static PyObject *S_##n;
 NAMES(DECLARE)
 static PyObject *MultiTag; /* "MULTI_TAG" */
@@ -40,6 +42,7 @@ static PyObject *Markers[3]; /* what makes a send not plain: a delay, a timer, a
 #define END_FILE_MIN_BLANK_LENGTH 8
 #define MAX_TOPIC_LENGTH 127
 #define MAX_PROPERTIES_LENGTH 32767
+#define MAX_BUCKETS 16
 
 /* The header's fields: SEND_MESSAGE_V2's one-letter keys and SEND_MESSAGE's names (headers.py's V2_NAMES). */
 enum { F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_FLAG, F_PROPERTIES,
@@ -249,10 +252,93 @@ typedef struct {
     PyObject *queue_table;     /* commit_log.topic_queue_table */
     PyObject *topic_bytes;     /* commit_log._topic_bytes */
     PyObject *store_host;      /* broker.store_host: set once the broker listens */
+    PyObject *latency;         /* dispatcher.rpc_latency (Histograms), or NULL when off */
+    PyObject *counted[2];      /* its entry (counts, sum) for a SUCCESS of SEND_MESSAGE / _V2, once looked up */
+    double buckets[MAX_BUCKETS];
+    int n_buckets;
     long long max_message_size;
     int waits;                 /* a put waiter is set (SYNC_FLUSH, SYNC_MASTER) */
     int state;                 /* 0 not read yet, 1 the broker takes plain sends, 2 it does not */
 } Gates;
+
+/* The RPC latency histograms, when on: 1 (g->latency set, or left NULL when off), 0 when their buckets are not
+ * what the lane can count into (Python then counts), -1 with an exception. */
+static int
+read_latency(Lane *self, Gates *g)
+{
+    PyObject *latency = PyObject_GetAttr(self->dispatcher, S_rpc_latency);
+    if (latency == NULL)
+        return -1;
+    if (latency == Py_None) {
+        Py_DECREF(latency);
+        return 1;
+    }
+    g->latency = latency;
+    PyObject *buckets = PyObject_GetAttr(latency, S_buckets);
+    if (buckets == NULL)
+        return -1;
+    int ok = PyTuple_CheckExact(buckets) && PyTuple_GET_SIZE(buckets) <= MAX_BUCKETS;
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(buckets); i++) {
+        PyObject *b = PyTuple_GET_ITEM(buckets, i);
+        ok = PyFloat_CheckExact(b);
+        if (ok)
+            g->buckets[i] = PyFloat_AS_DOUBLE(b);
+    }
+    if (ok)
+        g->n_buckets = (int)PyTuple_GET_SIZE(buckets);
+    Py_DECREF(buckets);
+    return ok;
+}
+
+/* Count one answered send as RequestDispatcher.count_latency does: key (code, SUCCESS, not oneway, not long
+ * polling), `ms` into the first bucket at or above it (bisect_left), and into the sum. 0, or -1 with an exception. */
+static int
+count_latency(Gates *g, int32_t code, double ms)
+{
+    int v2 = code == REQUEST_SEND_MESSAGE_V2;
+    PyObject *entry = g->counted[v2];
+    if (entry == NULL) {
+        PyObject *key = Py_BuildValue("(iiOO)", code, 0, Py_False, Py_False);
+        if (key == NULL)
+            return -1;
+        entry = PyObject_CallMethodOneArg(g->latency, S_entry, key);
+        Py_DECREF(key);
+        if (entry == NULL)
+            return -1;
+        g->counted[v2] = entry;
+    }
+    PyObject *counts, *sum;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 ||
+        !PyList_CheckExact(counts = PyTuple_GET_ITEM(entry, 0)) || PyList_GET_SIZE(counts) != g->n_buckets + 1 ||
+        !PyList_CheckExact(sum = PyTuple_GET_ITEM(entry, 1)) || PyList_GET_SIZE(sum) != 1) {
+        PyErr_SetString(PyExc_TypeError, "rpc_latency.entry(): ([count per bucket, then past the last], [sum])");
+        return -1;
+    }
+    int i = 0;
+    while (i < g->n_buckets && g->buckets[i] < ms)
+        i++;
+    long long n = PyLong_AsLongLong(PyList_GET_ITEM(counts, i));
+    double total = PyFloat_AsDouble(PyList_GET_ITEM(sum, 0));
+    if ((n == -1 || total == -1.0) && PyErr_Occurred())
+        return -1;
+    PyObject *n_obj = PyLong_FromLongLong(n + 1);
+    if (n_obj == NULL)
+        return -1;
+    PyList_SetItem(counts, i, n_obj);
+    PyObject *total_obj = PyFloat_FromDouble(total + ms);
+    if (total_obj == NULL)
+        return -1;
+    PyList_SetItem(sum, 0, total_obj);
+    return 0;
+}
+
+static inline double
+monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 /* 1: the broker takes plain sends now (as msg_check and DefaultMessageStore._writable decide); 0: Python decides;
  * -1: an exception. */
@@ -270,12 +356,10 @@ read_gates(Lane *self, Gates *g)
         return -1;
     Py_ssize_t n_hooks = PyList_Check(hooks) ? PyList_GET_SIZE(hooks) : 1;
     Py_DECREF(hooks);
-    PyObject *latency = PyObject_GetAttr(self->dispatcher, S_rpc_latency);
-    if (latency == NULL)
-        return -1;
-    Py_DECREF(latency);
-    if (n_hooks || latency != Py_None)
-        return 0; /* ACL, the RPC latency histograms: Python's */
+    if (n_hooks)
+        return 0; /* ACL: Python's */
+    if ((ok = read_latency(self, g)) <= 0)
+        return ok;
     PyObject *refused = PyObject_GetAttr(self->broker, S_put_refused);
     if (refused == NULL)
         return -1;
@@ -318,6 +402,9 @@ release_gates(Gates *g)
     Py_XDECREF(g->topic_table);
     Py_XDECREF(g->queue_table);
     Py_XDECREF(g->topic_bytes);
+    Py_XDECREF(g->latency);
+    Py_XDECREF(g->counted[0]);
+    Py_XDECREF(g->counted[1]);
 }
 
 /* The gates, read at the first send a call serves (a read of pulls or heartbeats never reads them): 1 open, 0 closed,
@@ -393,7 +480,7 @@ typedef struct {
     PyObject *group, *topic, *default_topic, *properties;
     const char *body;
     Py_ssize_t body_len;
-    int32_t queue_id, sys_flag, msg_flag, reconsume, opaque;
+    int32_t code, queue_id, sys_flag, msg_flag, reconsume, opaque;
     long long born_ts;
     int rocketmq;
 } Send;
@@ -452,6 +539,7 @@ from_command(Lane *self, PyObject *cmd, Send *s)
     if (v[F_BATCH] != NULL && PyUnicode_CompareWithASCIIString(v[F_BATCH], "false") != 0)
         goto out;
     s->born_ts = born_ts;
+    s->code = (int32_t)code;
     s->opaque = (int32_t)copaque;
     s->rocketmq = stype == self->serialize_rocketmq;
     s->body = PyBytes_AS_STRING(body); /* the command holds the body */
@@ -505,6 +593,7 @@ from_frame(Lane *self, const SendFrame *f, Send *s)
         }
         return -1;
     }
+    s->code = f->code;
     s->queue_id = f->queue_id;
     s->sys_flag = f->sys_flag;
     s->msg_flag = f->msg_flag;
@@ -528,6 +617,7 @@ serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
         return ok;
+    double start = g->latency != NULL ? monotonic_ms() : 0.0;
     /* Names Python has checked before (it remembers the legal ones). */
     if ((ok = PySet_Contains(self->known_groups, s->group)) <= 0 ||
         (ok = PySet_Contains(self->known_topics, s->topic)) <= 0 ||
@@ -736,16 +826,25 @@ serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
             Py_DECREF(end_obj);
             goto dispatch_error;
         }
-        PyObject *w[8] = {channel, opaque, s->rocketmq ? Py_True : Py_False, end_obj, reply, id_str,
+        PyObject *code = PyLong_FromLong(s->code);
+        if (code == NULL) {
+            Py_DECREF(opaque);
+            Py_DECREF(id_str);
+            Py_DECREF(end_obj);
+            goto dispatch_error;
+        }
+        PyObject *w[9] = {channel, code, opaque, s->rocketmq ? Py_True : Py_False, end_obj, reply, id_str,
                           PyTuple_GET_ITEM(key, 1), qoff_obj};
-        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 8, NULL);
+        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 9, NULL);
+        Py_DECREF(code);
         Py_DECREF(opaque);
         Py_DECREF(id_str);
         Py_DECREF(end_obj);
         if (waited == NULL)
             goto dispatch_error;
         Py_DECREF(waited);
-    } else if (PyList_Append(replies, reply) < 0)
+    } else if (PyList_Append(replies, reply) < 0 ||
+               (g->latency != NULL && count_latency(g, s->code, monotonic_ms() - start) < 0))
         goto dispatch_error;
     self->taken++;
     result = 1;

@@ -6,11 +6,13 @@ and answered by one C call for all such requests of a read, with the bytes :clas
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
 requests are served in the order they came. There is no lane (None) where the extension was not built, with
 ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor while
-request hooks (ACL) or the RPC latency histograms are on, on a slave, and while the broker refuses writes.
+request hooks (ACL) are on, on a slave, and while the broker refuses writes. With a metrics exporter on, the sends
+it answers are counted in the RPC latency histograms (``rocketmq_rpc_latency``) as the dispatcher counts its own.
 """
 
 from __future__ import annotations
 
+import time
 import zlib
 from typing import TYPE_CHECKING
 
@@ -94,6 +96,7 @@ class SendLane:
     def wait_stored(
         self,
         channel: RemotingProtocol,
+        code: int,
         opaque: int,
         rocketmq: bool,
         end: int,
@@ -102,19 +105,24 @@ class SendLane:
         queue_id: int,
         queue_offset: int,
     ) -> None:
-        """A stored send that waits to be on disk (SYNC_FLUSH) or on a slave (SYNC_MASTER): ``reply`` once there,
-        else the processor's answer for the wait's status (the message is stored either way)."""
+        """A stored send of request ``code`` that waits to be on disk (SYNC_FLUSH) or on a slave (SYNC_MASTER):
+        ``reply`` once there, else the processor's answer for the wait's status (the message is stored either way);
+        counted in the RPC latency histograms, when on, as it is answered."""
+        start = time.perf_counter()
 
         def answer(status: PutMessageStatus) -> None:
+            response_code = ResponseCode.SUCCESS if status is PutMessageStatus.PUT_OK else status_code(status)[0]
+            latency = self._broker.dispatcher.rpc_latency
+            if latency is not None:
+                latency.record((code, response_code, False, False), (time.perf_counter() - start) * 1000)
             if status is PutMessageStatus.PUT_OK:
                 channel.write_frame(reply)
                 return
             ext = self._processor.region_ext()
             ext.update(msgId=msg_id, queueId=str(queue_id), queueOffset=str(queue_offset))
             stype = SerializeType.ROCKETMQ if rocketmq else SerializeType.JSON
-            code = status_code(status)[0]
             channel.send_command(
-                RemotingCommand(code, opaque, RPC_TYPE_RESPONSE, "JAVA", SERVER_VERSION, None, ext, b"", stype)
+                RemotingCommand(response_code, opaque, RPC_TYPE_RESPONSE, "JAVA", SERVER_VERSION, None, ext, b"", stype)
             )
 
         status = self._broker.put_waiter(end, answer)

@@ -131,11 +131,27 @@ def consume_queue(broker: BrokerUnderTest, topic: str, queue_id: int) -> list[tu
     return [cq.get_unit(i) for i in range(cq.min_offset_in_queue, cq.max_offset_in_queue)]
 
 
+# A metrics exporter on: the RPC latency histograms count every answered request.
+METERED = {"metricsExporterType": "PROM", "metricsPromExporterPort": "0"}
+
+
+def latency_counts(broker: BrokerUnderTest) -> dict[tuple, int]:
+    """rocketmq_rpc_latency's samples per (request code, response code, oneway, long polling)."""
+    latency = broker.controller.dispatcher.rpc_latency
+    return {key: latency.count(key) for key in latency.table}
+
+
 @pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
 @pytest.mark.parametrize(
     "settings",
-    [{}, {"flushDiskType": "SYNC_FLUSH"}, {"brokerRole": "SYNC_MASTER"}],  # the last: no slave, SLAVE_NOT_AVAILABLE
-    ids=["async", "sync-flush", "sync-master"],
+    [
+        {},
+        {"flushDiskType": "SYNC_FLUSH"},
+        {"brokerRole": "SYNC_MASTER"},  # no slave: SLAVE_NOT_AVAILABLE
+        METERED,
+        {"flushDiskType": "SYNC_FLUSH", **METERED},
+    ],
+    ids=["async", "sync-flush", "sync-master", "async-metered", "sync-flush-metered"],
 )
 @pytest_twisted.ensureDeferred
 async def test_lane_answers_and_stores_what_the_processor_does(
@@ -176,6 +192,13 @@ async def test_lane_answers_and_stores_what_the_processor_does(
         for key in ("k1", "ключ", "鍵", "U6"):
             found = [len(b.controller.store.query_message("Lane", key, 10, 0, 2**62).buffers) for b in brokers]
             assert found[0] == found[1] == 1, key
+        if "metricsExporterType" in settings:  # the lane's sends counted as the processor's are
+            counts = [latency_counts(b) for b in brokers]
+            assert counts[0] == counts[1]
+            stored = [(r.code, _code(a)) for (r, _), a in zip(REQUESTS, answers[0], strict=True)]
+            for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+                n = stored.count((code, ResponseCode.SUCCESS))
+                assert n > 0 and counts[0][(code, ResponseCode.SUCCESS, False, False)] == n
     finally:
         for b in brokers:
             await b.stop()
