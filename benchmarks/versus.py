@@ -16,8 +16,9 @@ directory), the order of the two pairs alternating from round to round, and meas
 * send driven by Apache's own benchmark ``Producer`` (16 threads, 1 KB), when its class is in ``DIR/lib``:
   messages stored per second (queue offsets) and broker CPU over a window after a warm-up;
 * send with the broker pinned to 1 core (the generator on the other), then given 2, with the CPU of the broker's
-  busiest thread; and for ours, two broker processes of one cluster on the 2 cores (``scale_out.py``: a broker
-  process per core); every round;
+  busiest thread, of the broker process, of the generator and of the whole machine (which of them set the rate);
+  and for ours, two broker processes of one cluster on the 2 cores (``scale_out.py``: a broker process per core);
+  every round;
 * RSS with 1,000 topics x 8 queues and 500 connections that sent a heartbeat (round 1, at the end).
 
 The table gives medians over the rounds and ours/Apache; ``goal`` says which way is better.
@@ -295,6 +296,10 @@ def _send_figures(s: dict[str, Any]) -> dict[str, Any]:
         "cpu_per_10k": cpu,
         "busiest_thread": s.get("broker_busiest_thread"),
         "reactor_thread": s.get("broker_reactor_thread"),
+        # Who set the rate: a broker or generator near a whole core, or the whole machine busy.
+        "broker_cores": s["broker_cpu"],
+        "generator_cores": sum(s["generator_cpu"]) if s.get("generator_cpu") else None,
+        "machine_cores": s["machine_cpu"] * (os.cpu_count() or 1) if s.get("machine_cpu") is not None else None,
     }
 
 
@@ -348,9 +353,13 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("  Producer average RT ms", lambda r: r["SYNC_FLUSH"].get("java", {}).get("producer_avg_rt_ms"), "lower"),
     ("  broker CPU-s per 10k sent", lambda r: r["SYNC_FLUSH"].get("java", {}).get("cpu_per_10k"), "lower"),
     ("send, broker on 1 core msgs/s", lambda r: r.get("cores_0", {}).get("rate"), "higher"),
+    ("  broker process on its core, cores", lambda r: r.get("cores_0", {}).get("broker_cores"), "info"),
+    ("  generator on the other core, cores", lambda r: r.get("cores_0", {}).get("generator_cores"), "info"),
     ("send, broker on 2 cores msgs/s", lambda r: r.get("cores_0,1", {}).get("rate"), "higher"),
     ("  growth 1 -> 2 cores", lambda r: _growth(r), "higher"),
     ("  busiest broker thread on 2 cores, cores", lambda r: r.get("cores_0,1", {}).get("busiest_thread"), "info"),
+    ("  broker process + generator on 2 cores, cores", lambda r: _two_core_use(r), "info"),
+    ("  the whole machine on 2 cores, cores busy", lambda r: r.get("cores_0,1", {}).get("machine_cores"), "info"),
     ("send msgs/s, 2 cores, ours a broker process per core", lambda r: _per_core(r), "higher"),
     ("  growth 1 -> 2 cores", lambda r: _growth(r, _per_core(r)), "higher"),
     ("idle RSS MB, NameServer + broker", idle_rss, "lower"),
@@ -365,6 +374,13 @@ def _growth(r: dict[str, Any], two: float | None = None) -> float | None:
     one = r.get("cores_0", {}).get("rate")
     two = two or r.get("cores_0,1", {}).get("rate")
     return two / one if one and two else None
+
+
+def _two_core_use(r: dict[str, Any]) -> float | None:
+    """Cores the broker and the generator used together while sharing CPUs 0-1."""
+    two = r.get("cores_0,1", {})
+    broker, generator = two.get("broker_cores"), two.get("generator_cores")
+    return broker + generator if broker is not None and generator is not None else None
 
 
 def _per_core(r: dict[str, Any]) -> float | None:

@@ -33,6 +33,10 @@ def test_versus_runs_our_pair_and_verifies_its_drains(tmp_path: Path) -> None:
         )
         # the reactor is the broker's main thread, found by its thread id (= the pid)
         assert 0 < ours[flush]["send"]["reactor_thread"] <= ours[flush]["send"]["busiest_thread"]
+        # who set the rate: the broker process, the generator, the machine (all cores busy at most)
+        send = ours[flush]["send"]
+        assert send["broker_cores"] > 0 and send["generator_cores"] > 0
+        assert send["broker_cores"] + send["generator_cores"] <= send["machine_cores"] + 0.3 <= os.cpu_count() + 0.3
     assert len(ours["loaded_rss_mb"]) == 2 and ours["idle_rss_one_process_mb"] > 0
 
 
