@@ -8,7 +8,8 @@
  * which is the reference: the lane only takes what Python would store and answer SUCCESS, and stops at the first
  * request it does not take so that requests are served in order. send_lane.py builds the lane and serves SYNC_FLUSH
  * waits. With the RPC latency histograms on (a metrics exporter), each send it answers is counted in them as the
- * dispatcher counts one. The GIL is held throughout: the lane reads and updates the same Python objects the
+ * dispatcher counts one; with request hooks on (ACL), a send is first put to them by RequestDispatcher.admit, and
+ * only decoded commands are taken (the hooks read the command). The GIL is held throughout: the lane reads and updates the same Python objects the
  * processor does.
  */
 #include "../remoting/send_frame.h"
@@ -22,7 +23,7 @@
     X(brokerPermission) X(put_refused) X(put_waiter) X(table) X(perm) X(write_queue_nums) X(read_queue_nums)         \
     X(topic_filter_type) X(topic_queue_table) X(_topic_bytes) X(maxMessageSize) X(files) X(wrote_where)             \
     X(end_offset) X(file_from_offset) X(file_size) X(mm) X(_warm_at) X(_warm) X(tail) X(dispatcher) X(_writable)     \
-    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host) X(buckets) X(entry)
+    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host) X(buckets) X(entry) X(admit)
 #define DECLARE(n) static PyObject *S_##n;
 NAMES(DECLARE)
 static PyObject *MultiTag; /* "MULTI_TAG" */
@@ -252,6 +253,7 @@ typedef struct {
     PyObject *queue_table;     /* commit_log.topic_queue_table */
     PyObject *topic_bytes;     /* commit_log._topic_bytes */
     PyObject *store_host;      /* broker.store_host: set once the broker listens */
+    PyObject *admit;           /* dispatcher.admit while request hooks (ACL) are on, else NULL */
     PyObject *latency;         /* dispatcher.rpc_latency (Histograms), or NULL when off */
     PyObject *counted[2];      /* its entry (counts, sum) for a SUCCESS of SEND_MESSAGE / _V2, once looked up */
     double buckets[MAX_BUCKETS];
@@ -356,8 +358,8 @@ read_gates(Lane *self, Gates *g)
         return -1;
     Py_ssize_t n_hooks = PyList_Check(hooks) ? PyList_GET_SIZE(hooks) : 1;
     Py_DECREF(hooks);
-    if (n_hooks)
-        return 0; /* ACL: Python's */
+    if (n_hooks && (g->admit = PyObject_GetAttr(self->dispatcher, S_admit)) == NULL)
+        return -1;
     if ((ok = read_latency(self, g)) <= 0)
         return ok;
     PyObject *refused = PyObject_GetAttr(self->broker, S_put_refused);
@@ -402,6 +404,7 @@ release_gates(Gates *g)
     Py_XDECREF(g->topic_table);
     Py_XDECREF(g->queue_table);
     Py_XDECREF(g->topic_bytes);
+    Py_XDECREF(g->admit);
     Py_XDECREF(g->latency);
     Py_XDECREF(g->counted[0]);
     Py_XDECREF(g->counted[1]);
@@ -606,9 +609,26 @@ from_frame(Lane *self, const SendFrame *f, Send *s)
     return 1;
 }
 
-/* One send: 1 taken (its reply appended to `replies` or handed to wait_stored), 0 left to Python, -1 error. */
+/* The request hooks' verdict on a send (RequestDispatcher.admit): 1 serve it, 2 a hook answered it, 0 leave it to
+ * the dispatcher (it has no command yet, or a hook failed), -1 with an exception. */
 static int
-serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
+admitted(Gates *g, PyObject *channel, PyObject *cmd)
+{
+    if (cmd == NULL)
+        return 0; /* read in place: the decoder makes its command, which take() then serves */
+    PyObject *a[2] = {channel, cmd};
+    PyObject *verdict = PyObject_Vectorcall(g->admit, a, 2, NULL);
+    if (verdict == NULL)
+        return -1;
+    int v = verdict == Py_True ? 1 : verdict == Py_False ? 2 : 0;
+    Py_DECREF(verdict);
+    return v;
+}
+
+/* One send (`cmd` its decoded command, or NULL when read in place): 1 taken (its reply appended to `replies` or
+ * handed to wait_stored, or a request hook answered it), 0 left to Python, -1 error. */
+static int
+serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject *replies)
 {
     int ok, result = 0;
     int32_t queue_id = s->queue_id, sys_flag = s->sys_flag;
@@ -617,6 +637,8 @@ serve(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *replies)
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
         return ok;
+    if (g->admit != NULL && (ok = admitted(g, channel, cmd)) != 1)
+        return ok == 2 ? 1 : ok;
     double start = g->latency != NULL ? monotonic_ms() : 0.0;
     /* Names Python has checked before (it remembers the legal ones). */
     if ((ok = PySet_Contains(self->known_groups, s->group)) <= 0 ||
@@ -906,7 +928,7 @@ lane_take(Lane *self, PyObject *const *args, Py_ssize_t nargs)
         Send send = {0};
         ok = from_command(self, cmd, &send);
         if (ok > 0)
-            ok = serve(self, &g, channel, &send, replies);
+            ok = serve(self, &g, channel, cmd, &send, replies);
         send_clear(&send);
         Py_DECREF(cmd);
         if (ok > 0)
@@ -949,7 +971,7 @@ lane_take_frames(Lane *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         ok = from_frame(self, &f, &send);
         if (ok > 0)
-            ok = serve(self, &g, channel, &send, replies);
+            ok = serve(self, &g, channel, NULL, &send, replies);
         send_clear(&send);
         if (ok > 0) {
             self->in_place++;

@@ -5,9 +5,11 @@ to a topic the broker has is validated, appended to the commitlog, dispatched to
 and answered by one C call for all such requests of a read, with the bytes :class:`SendMessageProcessor` would send.
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
 requests are served in the order they came. There is no lane (None) where the extension was not built, with
-``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor while
-request hooks (ACL) are on, on a slave, and while the broker refuses writes. With a metrics exporter on, the sends
-it answers are counted in the RPC latency histograms (``rocketmq_rpc_latency``) as the dispatcher counts its own.
+``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor on a
+slave and while the broker refuses writes. With request hooks on (ACL), each send is put to them first
+(:meth:`~gateway.remoting.dispatch.RequestDispatcher.admit`, which answers a denial as the dispatcher does) and only
+decoded commands are taken. With a metrics exporter on, the sends it answers are counted in the RPC latency
+histograms (``rocketmq_rpc_latency``) as the dispatcher counts its own.
 """
 
 from __future__ import annotations

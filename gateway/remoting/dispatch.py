@@ -138,6 +138,23 @@ class RequestDispatcher:
                 return
         self._respond(channel, request, response, start)
 
+    def admit(self, channel: RemotingProtocol, request: RemotingCommand) -> bool | None:
+        """The hooks (ACL) for a request served outside :meth:`dispatch` (the broker's send lane), run as dispatch
+        runs them: True to serve it; False when a hook answered it (the answer is sent as dispatch sends it); None
+        when a hook failed or answered later, for dispatch to run them again and answer its way."""
+        start = time.perf_counter() if self.rpc_latency is not None else 0.0
+        for hook in self.hooks:
+            try:
+                response = hook(channel, request)
+            except Exception:
+                return None
+            if response is not None:
+                if type(response) is not RemotingCommand:
+                    return None
+                self._respond(channel, request, response, start)
+                return False
+        return True
+
     def _respond(
         self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand | None, start: float
     ) -> None:

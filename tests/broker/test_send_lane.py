@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import pytest_twisted
 from twisted.internet import threads
+from twisted.logger import globalLogPublisher
 
 from compat_tests.servers import create_topic_request
+from gateway.acl.signer import SessionCredentials
 from gateway.broker import send_lane
 from gateway.remoting.codec import FrameDecoder, encode_parts
 from gateway.remoting.codes import RequestCode, ResponseCode, SerializeType
@@ -285,5 +287,77 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting) -> 
         lane = brokers[0].controller.factory.lane
         assert lane.taken > 100 and 0 < lane.in_place < lane.taken
     finally:
+        for b in brokers:
+            await b.stop()
+
+
+def acl_requests() -> list[tuple[RemotingCommand, str | None]]:
+    """Plain sends to an ACL broker, signed and not: (request, the reason it is denied or None)."""
+    from tests.acl.conftest import USER, signed
+
+    def send(topic: str, key: str, queue_id: int = 0, creds: SessionCredentials = USER) -> RemotingCommand:
+        return signed(v2(topic, plain(key), queue_id=queue_id), creds)
+
+    tampered = send("topicB", "t", 1)
+    tampered.body = b"evil"
+    return [
+        (send("topicB", "1"), None),  # the group's first send: Python's
+        (send("topicB", "2", 1), None),
+        (send("topicB", "3", 2, SessionCredentials("RocketMQ", "not-the-secret")), "Check signature failed"),
+        (send("topicA", "4"), "No default permission for topic:topicA"),
+        (v2("topicB", plain("5")), "No accessKey is configured"),
+        (tampered, "Check signature failed"),
+        (send("topicB", "6", 3), None),
+        (send("topicB", "7", 2), None),
+    ]
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
+@pytest_twisted.ensureDeferred
+async def test_lane_with_acl_serves_only_what_the_hooks_admit(tmp_path: Path, remoting, pipelined: bool) -> None:
+    from tests.acl.conftest import ADMIN, PLAIN_ACL_YML, signed
+
+    conf = tmp_path / "home" / "conf"
+    conf.mkdir(parents=True)
+    (conf / "plain_acl.yml").write_text(PLAIN_ACL_YML)
+    settings = {"aclEnable": "true", "rocketmqHome": str(tmp_path / "home")}
+    brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
+    denials: list[str] = []
+
+    def observe(event: dict) -> None:
+        if event.get("log_format", "").startswith("ACL denied"):
+            denials.append(event["log_format"])
+
+    for b in brokers:
+        b.start()
+    globalLogPublisher.addObserver(observe)
+    try:
+        with_lane, without = brokers
+        without.controller.factory.lane = None
+        for b in brokers:
+            assert (await b.call(signed(create_topic_request("topicB", 4), ADMIN))).code == ResponseCode.SUCCESS
+        requests = acl_requests()
+        frames = []
+        for opaque, (request, _) in enumerate(requests, 1):
+            request.opaque = opaque
+            frames.append(b"".join(encode_parts(request)))
+        answers = []
+        for b in brokers:
+            denials.clear()
+            answers.append(await threads.deferToThread(exchange, b.controller.config.listenPort, frames, pipelined))
+            assert len(denials) == sum(1 for _, reason in requests if reason)  # each denial checked and told once
+        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
+        for (request, reason), a, b in zip(requests, *answers, strict=True):
+            (cmd,) = FrameDecoder().feed(struct.pack(">I", len(a)) + a)
+            if reason is None:
+                assert cmd.code == ResponseCode.SUCCESS, cmd.remark
+            else:
+                assert cmd.code == ResponseCode.SYSTEM_ERROR and reason in cmd.remark
+            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
+            assert a == b, f"request {request.opaque}: {a!r} != {b!r}"
+        assert records(with_lane) == records(without)
+        assert with_lane.controller.factory.lane.taken == 3 and with_lane.controller.factory.lane.in_place == 0
+    finally:
+        globalLogPublisher.removeObserver(observe)
         for b in brokers:
             await b.stop()
