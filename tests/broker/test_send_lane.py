@@ -256,18 +256,58 @@ def random_requests(rng: random.Random, n: int) -> list[RemotingCommand]:
     return requests
 
 
+# An account that may send to Lane only; the others' sends are denied, as unsigned and badly signed ones are.
+LANE_ACL_YML = """\
+accounts:
+  - accessKey: lane-user
+    secretKey: lane-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - Lane=PUB
+  - accessKey: the-boss
+    secretKey: boss-secret
+    admin: true
+"""
+LANER, BOSS = SessionCredentials("lane-user", "lane-secret"), SessionCredentials("the-boss", "boss-secret")
+
+
+def acl_settings(root: Path) -> dict[str, str]:
+    """ACL on, with LANE_ACL_YML, and a metrics exporter: every hook the lane must honour."""
+    (root / "home" / "conf").mkdir(parents=True)
+    (root / "home" / "conf" / "plain_acl.yml").write_text(LANE_ACL_YML)
+    return {"aclEnable": "true", "rocketmqHome": str(root / "home"), **METERED}
+
+
+def sign_some(rng: random.Random, requests: list[RemotingCommand]) -> None:
+    """Most requests signed by the account that may send to Lane; some with a wrong secret, some not at all."""
+    for request in requests:
+        roll = rng.random()
+        if roll < 0.85:
+            LANER.sign(request)
+        elif roll < 0.93:
+            SessionCredentials("lane-user", "not-the-secret").sign(request)
+
+
+@pytest.mark.parametrize("with_acl", [False, True], ids=["plain", "acl-metered"])
 @pytest_twisted.ensureDeferred
-async def test_lane_against_processor_random_sends(tmp_path: Path, remoting) -> None:
+async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, with_acl: bool) -> None:
     rng = random.Random(29)
     requests = random_requests(rng, 400)
-    brokers = [BrokerUnderTest(tmp_path / name, remoting) for name in ("lane", "python")]
+    settings = acl_settings(tmp_path) if with_acl else {}
+    if with_acl:
+        sign_some(rng, requests)
+    brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
     for b in brokers:
         b.start()
     try:
         brokers[1].controller.factory.lane = None
         for b in brokers:
             for topic, queues in (("Lane", 4), ("Other", 2)):
-                assert (await b.call(create_topic_request(topic, queues))).code == ResponseCode.SUCCESS
+                create = create_topic_request(topic, queues)
+                if with_acl:
+                    BOSS.sign(create)
+                assert (await b.call(create)).code == ResponseCode.SUCCESS
         frames = []
         for opaque, request in enumerate(requests, 1):
             request.opaque = opaque
@@ -285,7 +325,12 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting) -> 
             assert a == b, f"request {request.opaque} {request.ext_fields}: {a!r} != {b!r}"
         assert records(brokers[0]) == records(brokers[1])
         lane = brokers[0].controller.factory.lane
-        assert lane.taken > 100 and 0 < lane.in_place < lane.taken
+        if with_acl:  # commands only; denials answered, each the processor's bytes
+            assert lane.taken > 50 and lane.in_place == 0
+            assert sum(_code(a) == ResponseCode.SYSTEM_ERROR for a in answers[0]) > 20
+            assert latency_counts(brokers[0]) == latency_counts(brokers[1])
+        else:
+            assert lane.taken > 100 and 0 < lane.in_place < lane.taken
     finally:
         for b in brokers:
             await b.stop()
