@@ -9,8 +9,8 @@
  * request it does not take so that requests are served in order. send_lane.py builds the lane and serves SYNC_FLUSH
  * waits. With the RPC latency histograms on (a metrics exporter), each send it answers is counted in them as the
  * dispatcher counts one; with request hooks on (ACL), a send is first put to them by RequestDispatcher.admit, and
- * only decoded commands are taken (the hooks read the command). The GIL is held throughout: the lane reads and updates the same Python objects the
- * processor does.
+ * only decoded commands are taken (the hooks read the command). The GIL is held throughout: the lane reads and
+ * updates the same Python objects the processor does.
  */
 #include "../remoting/send_frame.h"
 #include "../store/record.h"
@@ -637,9 +637,9 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
         return ok;
+    double start = g->latency != NULL ? monotonic_ms() : 0.0; /* as the dispatcher's: before the hooks */
     if (g->admit != NULL && (ok = admitted(g, channel, cmd)) != 1)
         return ok == 2 ? 1 : ok;
-    double start = g->latency != NULL ? monotonic_ms() : 0.0;
     /* Names Python has checked before (it remembers the legal ones). */
     if ((ok = PySet_Contains(self->known_groups, s->group)) <= 0 ||
         (ok = PySet_Contains(self->known_topics, s->topic)) <= 0 ||

@@ -100,6 +100,24 @@ def exchange(port: int, frames: list[bytes], pipelined: bool = False) -> list[by
     return answers
 
 
+def numbered(requests: list[RemotingCommand], first: int) -> list[bytes]:
+    """The requests' frames, their opaques numbered from ``first``."""
+    frames = []
+    for opaque, request in enumerate(requests, first):
+        request.opaque = opaque
+        frames.append(b"".join(encode_parts(request)))
+    return frames
+
+
+def assert_same_answers(brokers: list[BrokerUnderTest], requests: list[RemotingCommand], answers: list) -> None:
+    """Each request's answer from the lane's broker and the processor's, byte for byte (msgId names each broker's
+    own address: made alike)."""
+    hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
+    for request, a, b in zip(requests, *answers, strict=True):
+        a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
+        assert a == b, f"request {request.opaque} {request.ext_fields}: {a!r} != {b!r}"
+
+
 def _opaque(answer: bytes) -> int:
     (cmd,) = FrameDecoder().feed(struct.pack(">I", len(answer)) + answer)
     return cmd.opaque
@@ -168,10 +186,7 @@ async def test_lane_answers_and_stores_what_the_processor_does(
         without.controller.factory.lane = None  # its connections from now on: the processor only
         for b in brokers:
             assert (await b.call(create_topic_request("Lane", 4))).code == ResponseCode.SUCCESS
-        frames = []
-        for opaque, (request, _) in enumerate(REQUESTS, 1000):
-            request.opaque = opaque
-            frames.append(b"".join(encode_parts(request)))
+        frames = numbered([r for r, _ in REQUESTS], 1000)
         answers = []
         for b in brokers:
             port = b.controller.config.listenPort
@@ -181,11 +196,7 @@ async def test_lane_answers_and_stores_what_the_processor_does(
         # One by one, every frame is read in place; sent at once, those read with the first (which the lane leaves)
         # are decoded first, and taken from their commands, in order.
         assert lane.in_place == lane.taken if not pipelined else lane.in_place < lane.taken
-        # msgId names the broker's own address: each broker's, made alike.
-        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
-        for (request, _), a, b in zip(REQUESTS, *answers, strict=True):
-            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
-            assert a == b, f"request {request.opaque}: {a!r} != {b!r}"
+        assert_same_answers(brokers, [r for r, _ in REQUESTS], answers)
         assert records(with_lane) == records(without)
         for queue_id in range(4):
             assert consume_queue(with_lane, "Lane", queue_id) == consume_queue(without, "Lane", queue_id)
@@ -308,10 +319,7 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, wit
                 if with_acl:
                     BOSS.sign(create)
                 assert (await b.call(create)).code == ResponseCode.SUCCESS
-        frames = []
-        for opaque, request in enumerate(requests, 1):
-            request.opaque = opaque
-            frames.append(b"".join(encode_parts(request)))
+        frames = numbered(requests, 1)
         answers = []
         for b in brokers:
             port = b.controller.config.listenPort
@@ -319,10 +327,7 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, wit
             for start in range(0, len(frames), 20):  # pipelined twenty at a time: both lane paths
                 got += await threads.deferToThread(exchange, port, frames[start : start + 20], True)
             answers.append(got)
-        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
-        for request, a, b in zip(requests, *answers, strict=True):
-            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
-            assert a == b, f"request {request.opaque} {request.ext_fields}: {a!r} != {b!r}"
+        assert_same_answers(brokers, requests, answers)
         assert records(brokers[0]) == records(brokers[1])
         lane = brokers[0].controller.factory.lane
         if with_acl:  # commands only; denials answered, each the processor's bytes
@@ -382,24 +387,19 @@ async def test_lane_with_acl_serves_only_what_the_hooks_admit(tmp_path: Path, re
         for b in brokers:
             assert (await b.call(signed(create_topic_request("topicB", 4), ADMIN))).code == ResponseCode.SUCCESS
         requests = acl_requests()
-        frames = []
-        for opaque, (request, _) in enumerate(requests, 1):
-            request.opaque = opaque
-            frames.append(b"".join(encode_parts(request)))
+        frames = numbered([r for r, _ in requests], 1)
         answers = []
         for b in brokers:
             denials.clear()
             answers.append(await threads.deferToThread(exchange, b.controller.config.listenPort, frames, pipelined))
             assert len(denials) == sum(1 for _, reason in requests if reason)  # each denial checked and told once
-        hosts = [b.controller.store_host.hex().upper().encode() for b in brokers]
-        for (request, reason), a, b in zip(requests, *answers, strict=True):
+        for (_, reason), a in zip(requests, answers[0], strict=True):
             (cmd,) = FrameDecoder().feed(struct.pack(">I", len(a)) + a)
             if reason is None:
                 assert cmd.code == ResponseCode.SUCCESS, cmd.remark
             else:
                 assert cmd.code == ResponseCode.SYSTEM_ERROR and reason in cmd.remark
-            a, b = a.replace(hosts[0], b"HOST" * 4), b.replace(hosts[1], b"HOST" * 4)
-            assert a == b, f"request {request.opaque}: {a!r} != {b!r}"
+        assert_same_answers(brokers, [r for r, _ in requests], answers)
         assert records(with_lane) == records(without)
         assert with_lane.controller.factory.lane.taken == 3 and with_lane.controller.factory.lane.in_place == 0
     finally:
