@@ -22,6 +22,10 @@ from typing import Any
 
 import pytest
 
+from gateway.remoting.codes import RequestCode, ResponseCode
+from gateway.remoting.command import RemotingCommand
+from gateway.remoting.headers import QueryConsumerOffsetRequestHeader
+
 from .checks import check_exactly_once
 from .cpp_client import EXIT_TIMEOUT, expected
 from .servers import call
@@ -385,11 +389,33 @@ def test_acceptance_1000_messages_exactly_once_and_resume_after_restart(fresh_se
     produce(tmp_path, servers, topic, first, 1000, timeout=90)
     consumed = consume(tmp_path, servers, topic, group, 1000, timeout=90)
     check_messages(consumed.messages, first, range(1000), topic, "first 1,000")
+    time.sleep(0.5)  # a commit the client sent as it shut down, read by now
+    before = committed_offsets(servers, group, topic, 4)
 
     servers.restart()
 
     stored = pull_all(tmp_path, servers, topic)
     check_messages(stored.messages, first, range(1000), topic, "stored after restart")
+    # The client commits offsets every 5 s and, oneway, as it shuts down; what reached the broker is what the group
+    # resumes from: the first run's messages at or past those offsets come again, exactly once, and nothing before.
+    committed = committed_offsets(servers, group, topic, 4)
+    assert committed == before, "the broker did not keep the group's offsets over its restart"
+    again = [int(m["props"]["idx"]) for m in stored.messages if m["queue_offset"] >= committed[m["queue_id"]]]
+    assert len(again) < 1000, f"the group committed nothing of the first run: {committed}"
     produce(tmp_path, servers, topic, second, 100, start=1000)
-    resumed = consume(tmp_path, servers, topic, group, 100, linger=4.0)
-    check_messages(resumed.messages, second, range(1000, 1100), topic, "same group after restart")
+    resumed = consume(tmp_path, servers, topic, group, 100 + len(again), linger=4.0)
+    firsts = [m for m in resumed.messages if m["props"].get("run") == first]
+    check_messages(firsts, first, again, topic, f"first run's after the committed offsets {committed}")
+    seconds = [m for m in resumed.messages if m["props"].get("run") != first]
+    check_messages(seconds, second, range(1000, 1100), topic, "same group after restart")
+
+
+def committed_offsets(servers: Any, group: str, topic: str, queues: int) -> dict[int, int]:
+    """The consumer offsets the broker has for ``group`` (QUERY_CONSUMER_OFFSET), by queue id."""
+    out = {}
+    for queue_id in range(queues):
+        header = QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id).encode()
+        response = call(servers.broker_addr, RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header), 5)
+        assert response.code == ResponseCode.SUCCESS, f"queue {queue_id}: no committed offset ({response.remark})"
+        out[queue_id] = int(response.ext_fields["offset"])
+    return out
