@@ -14,7 +14,8 @@ directory), the order of the two pairs alternating from round to round, and meas
   flight, 1 KB) after ``--warmup`` seconds of the same: msgs/s, p50/p99 latency, broker CPU per 10k messages;
   then the drain of that backlog;
 * send driven by Apache's own benchmark ``Producer`` (16 threads, 1 KB), when its class is in ``DIR/lib``:
-  messages stored per second (queue offsets) and broker CPU over a window after a warm-up;
+  messages stored per second (queue offsets) and broker CPU over a window after a warm-up; the same with its
+  ``BatchProducer`` (batches of 16, ASYNC_FLUSH only) when that class is there too (4.9.8's build leaves it out);
 * send with the broker pinned to 1 core (the generator on the other), then given 2, with the CPU of the broker's
   busiest thread, of the broker process, of the generator and of the whole machine (which of them set the rate);
   and for ours, two broker processes of one cluster on the 2 cores (``scale_out.py``: a broker process per core);
@@ -41,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,9 @@ from .wire import QueueRef, SendFrameBuilder, SetupError, ensure_topic, max_offs
 
 TOPIC = "BenchmarkVersus"
 JAVA_PRODUCER = "org.apache.rocketmq.example.benchmark.Producer"
+# Batches of 16 messages; 4.9.8's distribution does not build it: its class from the tag's example source, in a jar
+# of DIR/lib, turns the row on.
+JAVA_BATCH_PRODUCER = "org.apache.rocketmq.example.benchmark.BatchProducer"
 # bin/runbroker.sh's Java 9+ options, without -XX:+AlwaysPreTouch (it would make RSS the heap size).
 G1 = [
     "-XX:+UseG1GC",
@@ -64,7 +69,11 @@ G1 = [
     "-XX:-OmitStackTraceInFastThrow",
     "-XX:-UseLargePages",
 ]
-_PRODUCER_LINE = re.compile(r"Send TPS: (\d+) Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) Send Failed: (\d+)")
+# Producer's report line; BatchProducer's adds "Send MPS" and "Average Message RT(ms)".
+_PRODUCER_LINE = re.compile(
+    r"Send TPS: (\d+) (?:Send MPS: \d+ )?Max RT\(ms\): (\d+) Average RT\(ms\):\s*([\d.]+) "
+    r"(?:Average Message RT\(ms\):\s*[\d.]+ )?Send Failed: (\d+)"
+)
 
 
 def apache_classpath(home: Path) -> str:
@@ -171,15 +180,18 @@ def _stored(queues: list[QueueRef]) -> int:
     return sum(max_offset(q, TOPIC) for q in queues)
 
 
-def java_send(args: argparse.Namespace, namesrv: str, broker_pid: int) -> dict[str, Any]:
-    """Apache's benchmark Producer (``--java-threads`` threads, 1 KB) against the broker of ``namesrv``: after
-    ``--java-warmup`` seconds, messages stored and the CPU of process ``broker_pid`` over ``--duration`` seconds."""
+def java_send(
+    args: argparse.Namespace, namesrv: str, broker_pid: int, main: str = JAVA_PRODUCER, extra: Sequence[str] = ()
+) -> dict[str, Any]:
+    """Apache's benchmark Producer (or ``main`` with ``extra`` options; ``--java-threads`` threads, 1 KB) against the
+    broker of ``namesrv``: after ``--java-warmup`` seconds, messages stored and the CPU of process ``broker_pid`` over
+    ``--duration`` seconds."""
     queues = ensure_topic(namesrv, TOPIC, 8, "admin", SendFrameBuilder(TOPIC, "pg", "TagA", b"x", 8))
     root = Path(tempfile.mkdtemp(prefix="rmq-versus-producer-"))
     command = [
         jdk_tool("java"), "-server", "-Xms1g", "-Xmx1g", "-Xmn256m", f"-Duser.home={root}", *OPENS,
-        "-cp", apache_classpath(args.apache_home), JAVA_PRODUCER,
-        "-n", namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024",
+        "-cp", apache_classpath(args.apache_home), main,
+        "-n", namesrv, "-t", TOPIC, "-w", str(args.java_threads), "-s", "1024", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[tuple[float, bytes]] = []  # (when it was read, the line)
@@ -251,6 +263,9 @@ def one_target(args: argparse.Namespace, target: str, first_round: bool) -> dict
             out[flush] = {"send": _send_figures(res["send"]), "drain": _drain_figures(res["drain"])}
             if args.java_producer:
                 out[flush]["java"] = java_send(args, pair.namesrv, pair.broker_pid)
+            if flush == "ASYNC_FLUSH" and args.java_batch_producer:
+                batch = java_send(args, pair.namesrv, pair.broker_pid, JAVA_BATCH_PRODUCER, ["-b", "16"])
+                out[flush]["java_batch"] = batch
             if flush == "ASYNC_FLUSH" and not args.no_scaling:  # every round: one sample is this VM's noise
                 for cpus, gen in (("0", ["--generator-cpus", "1"]), ("0,1", [])):
                     r = python_send(args, pair, drain=False, extra=["--broker-cpus", cpus, *gen])
@@ -349,6 +364,8 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("send ASYNC_FLUSH msgs/s (Java Producer)", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("rate"), "higher"),
     ("  Producer average RT ms", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("producer_avg_rt_ms"), "lower"),
     ("  broker CPU-s per 10k sent", lambda r: r["ASYNC_FLUSH"].get("java", {}).get("cpu_per_10k"), "lower"),
+    ("send ASYNC_FLUSH msgs/s (Java BatchProducer)", lambda r: _batch(r).get("rate"), "higher"),
+    ("  broker CPU-s per 10k sent", lambda r: _batch(r).get("cpu_per_10k"), "lower"),
     ("send SYNC_FLUSH msgs/s (Java Producer)", lambda r: r["SYNC_FLUSH"].get("java", {}).get("rate"), "higher"),
     ("  Producer average RT ms", lambda r: r["SYNC_FLUSH"].get("java", {}).get("producer_avg_rt_ms"), "lower"),
     ("  broker CPU-s per 10k sent", lambda r: r["SYNC_FLUSH"].get("java", {}).get("cpu_per_10k"), "lower"),
@@ -374,6 +391,10 @@ def _growth(r: dict[str, Any], two: float | None = None) -> float | None:
     one = r.get("cores_0", {}).get("rate")
     two = two or r.get("cores_0,1", {}).get("rate")
     return two / one if one and two else None
+
+
+def _batch(r: dict[str, Any]) -> dict[str, Any]:
+    return r["ASYNC_FLUSH"].get("java_batch", {})
 
 
 def _two_core_use(r: dict[str, Any]) -> float | None:
@@ -441,8 +462,19 @@ def _problems(phase: dict[str, Any]) -> Iterator[str]:
         yield f"send errors {phase['send']['errors']}"
     if "drain" in phase and not phase["drain"]["verify"].startswith("OK"):
         yield phase["drain"]["verify"]
-    if phase.get("java", {}).get("producer_failed"):
-        yield f"Java Producer send failures {phase['java']['producer_failed']}"
+    for key, name in (("java", "Producer"), ("java_batch", "BatchProducer")):
+        if phase.get(key, {}).get("producer_failed"):
+            yield f"Java {name} send failures {phase[key]['producer_failed']}"
+
+
+def _has_class(home: Path, name: str) -> bool:
+    """Whether a jar of ``home/lib`` holds class ``name``."""
+    entry = name.replace(".", "/") + ".class"
+    for jar in (home / "lib").glob("*.jar"):
+        with contextlib.suppress(OSError, zipfile.BadZipFile), zipfile.ZipFile(jar) as z:
+            if entry in z.namelist():
+                return True
+    return False
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -470,6 +502,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     elif args.java_producer and not any("example" in j.name for j in (args.apache_home / "lib").glob("*.jar")):
         print("no rocketmq-example jar in --apache-home/lib: the Java Producer is skipped", file=sys.stderr)
         args.java_producer = False
+    args.java_batch_producer = args.java_producer and _has_class(args.apache_home, JAVA_BATCH_PRODUCER)
     if any("=" not in kv for kv in args.broker_set):
         p.error("--broker-set takes KEY=VALUE")
     if (os.cpu_count() or 1) < 2:
