@@ -1,6 +1,6 @@
 /* The send lane: the common SEND_MESSAGE / SEND_MESSAGE_V2 answered in C, one call for a read's requests.
  *
- * A plain message (no transaction, delay, timer or retry topic, not a batch, not oneway) to a topic the broker
+ * A plain message or batch (no transaction, delay, timer or retry topic, not oneway) to a topic the broker
  * already has, on a master whose store takes it, is validated as SendMessageProcessor.msg_check validates it,
  * written into the commitlog's current segment as CommitLog.put_message writes it, dispatched by the commitlog's
  * own dispatcher, counted, and answered with the bytes SendMessageProcessor would have sent. Anything else (a field
@@ -32,6 +32,7 @@ static PyObject *Markers[3]; /* what makes a send not plain: a delay, a timer, a
 
 #define REQUEST_SEND_MESSAGE 10
 #define REQUEST_SEND_MESSAGE_V2 310
+#define REQUEST_SEND_BATCH_MESSAGE 320
 #define RPC_TYPE_RESPONSE 1
 #define RPC_ONEWAY 2
 #define PERM_WRITE 0x2
@@ -59,11 +60,11 @@ typedef struct {
     /* What the lane reads, set once by send_lane.py (see Lane's docstring for each). */
     PyObject *config, *broker, *dispatcher, *store, *commit_log, *file_queue, *topics, *store_config, *count_put, *send_properties,
         *crc32, *known_topics, *known_groups, *not_allowed, *retry_prefix, *cluster, *wait_stored,
-        *serialize_rocketmq, *region, *trace_on, *json_pieces;
+        *serialize_rocketmq, *region, *trace_on, *json_pieces, *batch;
     long long mapped_file_size;
     int version;
-    /* Requests taken, and of them those read in place, for tests and the benchmarks. */
-    unsigned long long taken, in_place;
+    /* Requests taken, and of them those read in place and the batches, for tests and the benchmarks. */
+    unsigned long long taken, in_place, batches;
 } Lane;
 
 static void
@@ -90,6 +91,7 @@ lane_clear_refs(Lane *self)
     Py_CLEAR(self->region);
     Py_CLEAR(self->trace_on);
     Py_CLEAR(self->json_pieces);
+    Py_CLEAR(self->batch);
 }
 
 static int
@@ -98,14 +100,14 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     static char *kw[] = {"config", "broker", "dispatcher", "store", "commit_log", "file_queue", "topics", "store_config",
                          "count_put", "send_properties", "crc32", "known_topics", "known_groups", "not_allowed",
                          "retry_prefix", "cluster", "wait_stored", "serialize_rocketmq", "region",
-                         "trace_on", "json_pieces", "mapped_file_size", "version", NULL};
-    PyObject *o[21];
+                         "trace_on", "json_pieces", "batch", "mapped_file_size", "version", NULL};
+    PyObject *o[22];
     long long mapped_file_size;
     int version;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!Li", kw, &o[0], &o[1], &o[2], &o[3],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!OLi", kw, &o[0], &o[1], &o[2], &o[3],
                                      &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PySet_Type, &o[11],
                                      &PySet_Type, &o[12], &PyFrozenSet_Type, &o[13], &o[14], &o[15], &o[16], &o[17],
-                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20],
+                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20], &o[21],
                                      &mapped_file_size, &version))
         return -1;
     if (PyTuple_GET_SIZE(o[20]) != 5) {
@@ -122,8 +124,8 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
                           &self->topics, &self->store_config, &self->count_put, &self->send_properties, &self->crc32,
                           &self->known_topics, &self->known_groups, &self->not_allowed, &self->retry_prefix,
                           &self->cluster, &self->wait_stored, &self->serialize_rocketmq,
-                          &self->region, &self->trace_on, &self->json_pieces};
-    for (int i = 0; i < 21; i++)
+                          &self->region, &self->trace_on, &self->json_pieces, &self->batch};
+    for (int i = 0; i < 22; i++)
         *slots[i] = Py_NewRef(o[i]);
     self->mapped_file_size = mapped_file_size;
     self->version = version;
@@ -255,7 +257,7 @@ typedef struct {
     PyObject *store_host;      /* broker.store_host: set once the broker listens */
     PyObject *admit;           /* dispatcher.admit while request hooks (ACL) are on, else NULL */
     PyObject *latency;         /* dispatcher.rpc_latency (Histograms), or NULL when off */
-    PyObject *counted[2];      /* its entry (counts, sum) for a SUCCESS of SEND_MESSAGE / _V2, once looked up */
+    PyObject *counted[3];      /* its entry (counts, sum) for a SUCCESS of SEND_MESSAGE, _V2, BATCH, once looked up */
     double buckets[MAX_BUCKETS];
     int n_buckets;
     long long max_message_size;
@@ -297,7 +299,7 @@ read_latency(Lane *self, Gates *g)
 static int
 count_latency(Gates *g, int32_t code, double ms)
 {
-    int v2 = code == REQUEST_SEND_MESSAGE_V2;
+    int v2 = code == REQUEST_SEND_BATCH_MESSAGE ? 2 : code == REQUEST_SEND_MESSAGE_V2;
     PyObject *entry = g->counted[v2];
     if (entry == NULL) {
         PyObject *key = Py_BuildValue("(iiOO)", code, 0, Py_False, Py_False);
@@ -408,6 +410,7 @@ release_gates(Gates *g)
     Py_XDECREF(g->latency);
     Py_XDECREF(g->counted[0]);
     Py_XDECREF(g->counted[1]);
+    Py_XDECREF(g->counted[2]);
 }
 
 /* The gates, read at the first send a call serves (a read of pulls or heartbeats never reads them): 1 open, 0 closed,
@@ -485,7 +488,7 @@ typedef struct {
     Py_ssize_t body_len;
     int32_t code, queue_id, sys_flag, msg_flag, reconsume, opaque;
     long long born_ts;
-    int rocketmq;
+    int rocketmq, batch;
 } Send;
 
 static void
@@ -505,7 +508,7 @@ from_command(Lane *self, PyObject *cmd, Send *s)
     int ok;
     if ((ok = attr_ll(cmd, S_code, &code)) <= 0)
         return ok;
-    if (code != REQUEST_SEND_MESSAGE_V2 && code != REQUEST_SEND_MESSAGE)
+    if (code != REQUEST_SEND_MESSAGE_V2 && code != REQUEST_SEND_MESSAGE && code != REQUEST_SEND_BATCH_MESSAGE)
         return 0;
     if ((ok = attr_ll(cmd, S_flag, &cflag)) <= 0 || (ok = attr_ll(cmd, S_opaque, &copaque)) <= 0)
         return ok;
@@ -519,7 +522,7 @@ from_command(Lane *self, PyObject *cmd, Send *s)
     result = 0;
     if (!PyDict_CheckExact(ext) || !PyBytes_CheckExact(body))
         goto out;
-    PyObject **keys = code == REQUEST_SEND_MESSAGE_V2 ? KeysV2 : KeysV1;
+    PyObject **keys = code == REQUEST_SEND_MESSAGE ? KeysV1 : KeysV2;
     PyObject *v[N_FIELDS];
     for (int i = 0; i < N_FIELDS; i++) {
         v[i] = PyDict_GetItemWithError(ext, keys[i]);
@@ -539,7 +542,10 @@ from_command(Lane *self, PyObject *cmd, Send *s)
         (v[F_RECONSUME] != NULL && !plain_int32(v[F_RECONSUME], &s->reconsume)) ||
         (v[F_MAX_RECONSUME] != NULL && !plain_int32(v[F_MAX_RECONSUME], &unused)))
         goto out;
-    if (v[F_BATCH] != NULL && PyUnicode_CompareWithASCIIString(v[F_BATCH], "false") != 0)
+    /* A batch is SEND_BATCH_MESSAGE with batch=true, a single send anything else with batch false or absent. */
+    s->batch = v[F_BATCH] != NULL && PyUnicode_CompareWithASCIIString(v[F_BATCH], "true") == 0;
+    if ((v[F_BATCH] != NULL && !s->batch && PyUnicode_CompareWithASCIIString(v[F_BATCH], "false") != 0) ||
+        s->batch != (code == REQUEST_SEND_BATCH_MESSAGE))
         goto out;
     s->born_ts = born_ts;
     s->code = (int32_t)code;
@@ -583,8 +589,9 @@ span_str(const Span *sp)
 static int
 from_frame(Lane *self, const SendFrame *f, Send *s)
 {
-    if ((f->code != REQUEST_SEND_MESSAGE_V2 && f->code != REQUEST_SEND_MESSAGE) ||
-        f->flag & (RPC_TYPE_RESPONSE | RPC_ONEWAY) || f->batch || f->producer_group.p == NULL ||
+    if ((f->code != REQUEST_SEND_MESSAGE_V2 && f->code != REQUEST_SEND_MESSAGE && f->code != REQUEST_SEND_BATCH_MESSAGE) ||
+        f->flag & (RPC_TYPE_RESPONSE | RPC_ONEWAY) || f->batch != (f->code == REQUEST_SEND_BATCH_MESSAGE) ||
+        f->producer_group.p == NULL ||
         f->topic.p == NULL || f->default_topic.p == NULL)
         return 0;
     if ((s->group = span_str(&f->producer_group)) == NULL || (s->topic = span_str(&f->topic)) == NULL ||
@@ -597,6 +604,7 @@ from_frame(Lane *self, const SendFrame *f, Send *s)
         return -1;
     }
     s->code = f->code;
+    s->batch = f->batch;
     s->queue_id = f->queue_id;
     s->sys_flag = f->sys_flag;
     s->msg_flag = f->msg_flag;
@@ -625,6 +633,268 @@ admitted(Gates *g, PyObject *channel, PyObject *cmd)
     return v;
 }
 
+/* The queue's key (topic, queue id) in the commitlog's offset table, a new reference in *key, and its next queue
+ * offset: 1, 0 when the table holds what the lane does not read (Python's then), -1 with an exception. */
+static int
+next_queue_offset(Gates *g, PyObject *topic, int32_t queue_id, PyObject **key, long long *offset)
+{
+    PyObject *qid = PyLong_FromLong(queue_id);
+    if (qid == NULL)
+        return -1;
+    *key = PyTuple_Pack(2, topic, qid);
+    Py_DECREF(qid);
+    if (*key == NULL)
+        return -1;
+    *offset = 0;
+    PyObject *cur = PyDict_GetItemWithError(g->queue_table, *key);
+    if (cur == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    int overflow;
+    if (!PyLong_CheckExact(cur) || (*offset = PyLong_AsLongLongAndOverflow(cur, &overflow), overflow))
+        return 0;
+    return 1;
+}
+
+/* What CommitLog.put_message(s) leave behind once records end at `end` in segment `f`: the commitlog's end and
+ * tail, pages warmed ahead of the writer. 0, or -1 with an exception; *ts_obj the store time (a new reference, also
+ * on failure when made). */
+static int
+advance_commitlog(Lane *self, PyObject *f, long long end, long long store_timestamp, PyObject **ts_obj)
+{
+    PyObject *next = PyLong_FromLongLong(end), *tail = NULL;
+    long long warm_at;
+    int ok = -1, result = -1;
+    if (next == NULL || (*ts_obj = PyLong_FromLongLong(store_timestamp)) == NULL ||
+        PyObject_SetAttr(self->file_queue, S_wrote_where, next) < 0 ||
+        (tail = PyTuple_Pack(2, next, *ts_obj)) == NULL || PyObject_SetAttr(self->commit_log, S_tail, tail) < 0 ||
+        (ok = attr_ll(self->commit_log, S__warm_at, &warm_at)) < 0)
+        goto done;
+    if (ok && end > warm_at) {
+        PyObject *warmed = PyObject_CallMethodObjArgs(self->commit_log, S__warm, f, next, NULL);
+        if (warmed == NULL)
+            goto done;
+        Py_DECREF(warmed);
+    }
+    result = 0;
+done:
+    Py_XDECREF(next);
+    Py_XDECREF(tail);
+    return result;
+}
+
+/* The answer's msgId for records at `phys`: each the store host and the physical offset in hex (create_offset_
+ * message_id), joined by commas; a new PyMem buffer in *out (its length in *len), or -1 with MemoryError. */
+static int
+msg_ids(PyObject *store_host, const long long *phys, Py_ssize_t n, char **out, Py_ssize_t *len)
+{
+    Py_ssize_t host_len = PyBytes_GET_SIZE(store_host), id_len = 2 * (host_len + 8);
+    char *ids = PyMem_Malloc(n * (id_len + 1));
+    if (ids == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    unsigned char id_bytes[28];
+    memcpy(id_bytes, PyBytes_AS_STRING(store_host), host_len);
+    char *w = ids;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i)
+            *w++ = ',';
+        put64(id_bytes + host_len, phys[i]);
+        for (Py_ssize_t j = 0; j < host_len + 8; j++) {
+            *w++ = Hex[id_bytes[j] >> 4];
+            *w++ = Hex[id_bytes[j] & 15];
+        }
+    }
+    *out = ids;
+    *len = w - ids;
+    return 0;
+}
+
+/* A SEND_BATCH_MESSAGE whose checks serve() has done: its messages as SendMessageProcessor._send_batch makes them
+ * (send_lane.py's batch(): each one's flag, body, stored properties and tags code), written contiguously as
+ * CommitLog.put_messages writes them (one store time, consecutive queue offsets), dispatched, counted and answered
+ * with the records' ids joined by commas. 1 taken, 0 left to Python (what it would refuse: a bad or empty body, a
+ * message or batch too large, properties too long, a segment to roll), -1 error. */
+static int
+store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b, PyObject *born, int32_t sys_flag,
+            int wait, PyObject *replies, double start)
+{
+    int ok, result = -1;
+    PyObject *entries = NULL, *f = NULL, *key = NULL, *ts_obj = NULL, *reply = NULL;
+    Record *recs = NULL;
+    long long *sizes = NULL;
+    char *ids = NULL;
+    Py_buffer mm = {0};
+    PyObject *body = PyBytes_FromStringAndSize(s->body, s->body_len);
+    if (body == NULL)
+        return -1;
+    PyObject *args[2] = {s->properties != NULL ? s->properties : Py_None, body};
+    entries = PyObject_Vectorcall(self->batch, args, 2, NULL);
+    Py_DECREF(body);
+    if (entries == NULL)
+        goto done;
+    result = 0;
+    if (!PyList_CheckExact(entries) || PyList_GET_SIZE(entries) == 0)
+        goto done; /* the processor answers a bad or empty batch */
+    Py_ssize_t n = PyList_GET_SIZE(entries), born_len = PyBytes_GET_SIZE(born);
+    Py_ssize_t store_len = PyBytes_GET_SIZE(g->store_host);
+    if ((recs = PyMem_Calloc(n, sizeof(Record))) == NULL || (sizes = PyMem_Calloc(2 * n, sizeof(long long))) == NULL) {
+        PyErr_NoMemory();
+        result = -1;
+        goto done;
+    }
+    long long *phys = sizes + n;
+    sys_flag &= ~HOST_V6_FLAGS;
+    if (born_len == 20)
+        sys_flag |= BORNHOST_V6_FLAG;
+    if (store_len == 20)
+        sys_flag |= STOREHOSTADDRESS_V6_FLAG;
+    long long total = 0, body_total = 0;
+    /* CommitLog._check_batch: each message as _check checks it, then the bodies and the records together. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4 || !PyLong_CheckExact(PyTuple_GET_ITEM(e, 0)) ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(e, 1)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(e, 2)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(e, 3)))
+            goto done;
+        int overflow;
+        long long flag = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &overflow);
+        if (overflow || flag < INT32_MIN || flag > INT32_MAX)
+            goto done;
+        Py_ssize_t props_len;
+        const char *props = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(e, 2), &props_len);
+        if (props == NULL) {
+            result = -1;
+            goto done;
+        }
+        PyObject *mbody = PyTuple_GET_ITEM(e, 1);
+        if (props_len > MAX_PROPERTIES_LENGTH || PyBytes_GET_SIZE(mbody) > g->max_message_size)
+            goto done;
+        recs[i] = (Record){
+            .magic = MESSAGE_MAGIC_CODE, .queue_id = s->queue_id, .flag = (int32_t)flag, .sys_flag = sys_flag,
+            .reconsume_times = s->reconsume, .born_timestamp = s->born_ts, .prepared_offset = 0,
+            .born_host = PyBytes_AS_STRING(born), .born_len = born_len, .store_host = PyBytes_AS_STRING(g->store_host),
+            .store_len = store_len, .body = PyBytes_AS_STRING(mbody), .body_len = PyBytes_GET_SIZE(mbody),
+            .topic = PyBytes_AS_STRING(topic_b), .topic_len = PyBytes_GET_SIZE(topic_b), .props = props,
+            .props_len = props_len,
+        };
+        sizes[i] = record_length(&recs[i]);
+        total += sizes[i];
+        body_total += PyBytes_GET_SIZE(mbody);
+    }
+    if (body_total > g->max_message_size || total + END_FILE_MIN_BLANK_LENGTH > self->mapped_file_size)
+        goto done;
+    long long pos, wrote;
+    if ((ok = current_segment(self, total, &f, &mm, &pos, &wrote)) <= 0) {
+        result = ok;
+        goto done;
+    }
+    long long first_offset;
+    if ((result = next_queue_offset(g, s->topic, s->queue_id, &key, &first_offset)) <= 0)
+        goto done;
+    result = -1;
+    /* The bodies' CRCs; nothing after this point refuses the batch. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *crc = PyObject_CallOneArg(self->crc32, PyTuple_GET_ITEM(PyList_GET_ITEM(entries, i), 1));
+        if (crc == NULL)
+            goto done;
+        long long v = PyLong_AsLongLong(crc);
+        Py_DECREF(crc);
+        if (v == -1 && PyErr_Occurred())
+            goto done;
+        recs[i].body_crc = (int32_t)(v & 0x7FFFFFFF);
+    }
+    long long phy = wrote, store_timestamp = now_ms();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        recs[i].queue_offset = first_offset + i;
+        recs[i].phy = phys[i] = phy;
+        recs[i].store_timestamp = store_timestamp;
+        put_record((unsigned char *)mm.buf + pos, sizes[i], &recs[i]);
+        pos += sizes[i];
+        phy += sizes[i];
+    }
+    PyBuffer_Release(&mm);
+    mm.obj = NULL;
+    long long end = phy;
+    if (advance_commitlog(self, f, end, store_timestamp, &ts_obj) < 0)
+        goto done;
+    PyObject *qoff = PyLong_FromLongLong(first_offset + n);
+    if (qoff == NULL)
+        goto done;
+    ok = PyDict_SetItem(g->queue_table, key, qoff);
+    Py_DECREF(qoff);
+    if (ok < 0)
+        goto done;
+    PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher);
+    if (dispatcher == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(entries, i);
+        PyObject *a[9] = {s->topic, PyTuple_GET_ITEM(key, 1), PyLong_FromLongLong(phys[i]),
+                          PyLong_FromLongLong(sizes[i]), PyTuple_GET_ITEM(e, 3), PyLong_FromLongLong(first_offset + i),
+                          ts_obj, PyLong_FromLong(sys_flag), PyTuple_GET_ITEM(e, 2)};
+        PyObject *dispatched = NULL;
+        if (a[2] != NULL && a[3] != NULL && a[5] != NULL && a[7] != NULL)
+            dispatched = PyObject_Vectorcall(dispatcher, a, 9, NULL);
+        Py_XDECREF(a[2]);
+        Py_XDECREF(a[3]);
+        Py_XDECREF(a[5]);
+        Py_XDECREF(a[7]);
+        if (dispatched == NULL) {
+            Py_DECREF(dispatcher);
+            goto done;
+        }
+        Py_DECREF(dispatched);
+    }
+    Py_DECREF(dispatcher);
+    PyObject *ca[3] = {s->topic, PyLong_FromSsize_t(n), PyLong_FromLongLong(total)};
+    PyObject *counted = ca[1] != NULL && ca[2] != NULL ? PyObject_Vectorcall(self->count_put, ca, 3, NULL) : NULL;
+    Py_XDECREF(ca[1]);
+    Py_XDECREF(ca[2]);
+    if (counted == NULL)
+        goto done;
+    Py_DECREF(counted);
+    Py_ssize_t ids_len;
+    if (msg_ids(g->store_host, phys, n, &ids, &ids_len) < 0)
+        goto done;
+    if ((reply = reply_frame(self, s->rocketmq, s->opaque, ids, ids_len, s->queue_id, first_offset)) == NULL)
+        goto done;
+    if (g->waits && wait) {
+        PyObject *w[9] = {channel, PyLong_FromLong(s->code), PyLong_FromLong(s->opaque),
+                          s->rocketmq ? Py_True : Py_False, PyLong_FromLongLong(end), reply,
+                          PyUnicode_FromStringAndSize(ids, ids_len), PyTuple_GET_ITEM(key, 1),
+                          PyLong_FromLongLong(first_offset)};
+        PyObject *waited = NULL;
+        if (w[1] != NULL && w[2] != NULL && w[4] != NULL && w[6] != NULL && w[8] != NULL)
+            waited = PyObject_Vectorcall(self->wait_stored, w, 9, NULL);
+        Py_XDECREF(w[1]);
+        Py_XDECREF(w[2]);
+        Py_XDECREF(w[4]);
+        Py_XDECREF(w[6]);
+        Py_XDECREF(w[8]);
+        if (waited == NULL)
+            goto done;
+        Py_DECREF(waited);
+    } else if (PyList_Append(replies, reply) < 0 ||
+               (g->latency != NULL && count_latency(g, s->code, monotonic_ms() - start) < 0))
+        goto done;
+    self->taken++;
+    self->batches++;
+    result = 1;
+done:
+    if (mm.obj != NULL)
+        PyBuffer_Release(&mm);
+    PyMem_Free(recs);
+    PyMem_Free(sizes);
+    PyMem_Free(ids);
+    Py_XDECREF(entries);
+    Py_XDECREF(f);
+    Py_XDECREF(key);
+    Py_XDECREF(ts_obj);
+    Py_XDECREF(reply);
+    return result;
+}
+
 /* One send (`cmd` its decoded command, or NULL when read in place): 1 taken (its reply appended to `replies` or
  * handed to wait_stored, or a request hook answered it), 0 left to Python, -1 error. */
 static int
@@ -632,7 +902,7 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
 {
     int ok, result = 0;
     int32_t queue_id = s->queue_id, sys_flag = s->sys_flag;
-    PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL, *tail = NULL, *next = NULL;
+    PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL;
     PyObject *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
@@ -714,6 +984,14 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
             goto error;
         goto out;
     }
+    if (s->batch) {
+        if (!PyBytes_CheckExact(topic_b) || PyBytes_GET_SIZE(topic_b) > MAX_TOPIC_LENGTH ||
+            (PyBytes_GET_SIZE(born) != 8 && PyBytes_GET_SIZE(born) != 20) ||
+            (PyBytes_GET_SIZE(g->store_host) != 8 && PyBytes_GET_SIZE(g->store_host) != 20))
+            goto out;
+        result = store_batch(self, g, channel, s, topic_b, born, sys_flag, wait, replies, start);
+        goto out;
+    }
     Py_ssize_t props_len, born_len = PyBytes_GET_SIZE(born), store_len = PyBytes_GET_SIZE(g->store_host);
     const char *props_utf8 = PyUnicode_AsUTF8AndSize(props, &props_len);
     if (props_utf8 == NULL)
@@ -741,21 +1019,9 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     if ((ok = current_segment(self, size, &f, &mm, &pos, &wrote)) <= 0)
         goto checked;
     /* The queue offset and the body's CRC; nothing after this point refuses the message. */
-    PyObject *qid_obj = PyLong_FromLong(queue_id);
-    if (qid_obj == NULL)
-        goto error;
-    key = PyTuple_Pack(2, topic, qid_obj);
-    Py_DECREF(qid_obj);
-    if (key == NULL)
-        goto error;
-    long long queue_offset = 0;
-    PyObject *cur = PyDict_GetItemWithError(g->queue_table, key);
-    if (cur != NULL) {
-        int overflow;
-        if (!PyLong_CheckExact(cur) || (queue_offset = PyLong_AsLongLongAndOverflow(cur, &overflow), overflow))
-            goto out;
-    } else if (PyErr_Occurred())
-        goto error;
+    long long queue_offset;
+    if ((ok = next_queue_offset(g, topic, queue_id, &key, &queue_offset)) <= 0)
+        goto checked;
     if ((body_view = PyMemoryView_FromMemory((char *)s->body, s->body_len, PyBUF_READ)) == NULL ||
         (crc = PyObject_CallOneArg(self->crc32, body_view)) == NULL)
         goto error;
@@ -775,19 +1041,8 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
      * offset; then the dispatch to the consume queue and index, and the broker's counts. */
     PyObject *a[9];
     PyObject *phy_obj = NULL, *size_obj = NULL, *tags_obj = NULL, *qoff_obj = NULL, *ts_obj = NULL, *sys_obj = NULL;
-    if ((next = PyLong_FromLongLong(end)) == NULL || (ts_obj = PyLong_FromLongLong(store_timestamp)) == NULL ||
-        PyObject_SetAttr(self->file_queue, S_wrote_where, next) < 0 || (tail = PyTuple_Pack(2, next, ts_obj)) == NULL ||
-        PyObject_SetAttr(self->commit_log, S_tail, tail) < 0)
+    if (advance_commitlog(self, f, end, store_timestamp, &ts_obj) < 0)
         goto dispatch_error;
-    long long warm_at;
-    if ((ok = attr_ll(self->commit_log, S__warm_at, &warm_at)) < 0)
-        goto dispatch_error;
-    if (ok && end > warm_at) {
-        PyObject *warmed = PyObject_CallMethodObjArgs(self->commit_log, S__warm, f, next, NULL);
-        if (warmed == NULL)
-            goto dispatch_error;
-        Py_DECREF(warmed);
-    }
     if ((qoff_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL ||
         PyDict_SetItem(g->queue_table, key, qoff_obj) < 0)
         goto dispatch_error;
@@ -893,8 +1148,6 @@ out:
     Py_XDECREF(f);
     Py_XDECREF(born);
     Py_XDECREF(attrs);
-    Py_XDECREF(tail);
-    Py_XDECREF(next);
     Py_XDECREF(crc);
     Py_XDECREF(counted);
     Py_XDECREF(reply);
@@ -1010,9 +1263,16 @@ lane_get_in_place(Lane *self, void *closure)
     return PyLong_FromUnsignedLongLong(self->in_place);
 }
 
+static PyObject *
+lane_get_batches(Lane *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->batches);
+}
+
 static PyGetSetDef lane_getset[] = {
     {"taken", (getter)lane_get_taken, NULL, "Sends the lane has taken.", NULL},
     {"in_place", (getter)lane_get_in_place, NULL, "Sends the lane has taken reading their frames in place.", NULL},
+    {"batches", (getter)lane_get_batches, NULL, "Batch sends the lane has taken.", NULL},
     {NULL},
 };
 

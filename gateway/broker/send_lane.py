@@ -1,8 +1,10 @@
 """The send lane: the common send answered in C (``_send_lane.c``), the Python processor for everything else.
 
-A SEND_MESSAGE or SEND_MESSAGE_V2 of a plain message (no transaction, delay, timer, retry topic or batch, not oneway)
-to a topic the broker has is validated, appended to the commitlog, dispatched to its consume queue and index, counted
-and answered by one C call for all such requests of a read, with the bytes :class:`SendMessageProcessor` would send.
+A SEND_MESSAGE or SEND_MESSAGE_V2 of a plain message, or a SEND_BATCH_MESSAGE of plain messages (no transaction,
+delay, timer or retry topic, not oneway), to a topic the broker has is validated, appended to the commitlog,
+dispatched to its consume queue and index, counted and answered by one C call for all such requests of a read, with
+the bytes :class:`SendMessageProcessor` would send (a batch's messages are made by the processor's own
+:func:`~gateway.broker.processors.send.batch_messages`).
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
 requests are served in the order they came. There is no lane (None) where the extension was not built, with
 ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor on a
@@ -23,11 +25,11 @@ from gateway.remoting.codec import encode_json_header
 from gateway.remoting.codes import RPC_TYPE_RESPONSE, SERVER_VERSION, ResponseCode, SerializeType
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import KNOWN_GROUPS, KNOWN_TOPICS
-from gateway.remoting.message import _c_send_properties
+from gateway.remoting.message import RecordError, _c_send_properties, string_to_properties
 from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import PutMessageStatus
 
-from .processors.send import status_code
+from .processors.send import batch_messages, status_code
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -91,9 +93,18 @@ class SendLane:
             region=region_ext["MSG_REGION"].encode(),
             trace_on=region_ext["TRACE_ON"].encode(),
             json_pieces=json_pieces(region_ext),
+            batch=self.batch,
             mapped_file_size=commit_log.queue.mapped_file_size,
             version=SERVER_VERSION,
         )
+
+    def batch(self, properties: str | None, body: bytes) -> list[tuple[int, bytes, str, int]] | None:
+        """A batch's messages as the processor stores them (flag, body, properties, tags code); None for a body the
+        processor refuses (not a batch, or empty)."""
+        try:
+            return batch_messages(string_to_properties(properties), self._broker.config.brokerClusterName, body) or None
+        except RecordError:
+            return None
 
     def wait_stored(
         self,

@@ -57,6 +57,13 @@ def v1(topic, props, body=b"hello", queue_id=0, stype=SerializeType.JSON) -> Rem
     return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body, language="CPP", serialize_type=stype)
 
 
+def batch(topic, props, entries, queue_id=0, stype=SerializeType.JSON) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE as the Java client sends it: V2's header with batch=true, (flag, body, properties) each."""
+    ext = header(topic, props, queue_id, batch=True).encode_v2()
+    body = encode_batch(entries)
+    return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body, language="JAVA", serialize_type=stype)
+
+
 def plain(key: str, **more: str) -> dict[str, str]:
     return {"UNIQ_KEY": f"U{key}", "KEYS": f"k{key} other", "TAGS": "TagA", "WAIT": "true", **more}
 
@@ -82,6 +89,15 @@ REQUESTS = [
     ),
     (v2("Lane", plain("13"), body=b"x" * (4 * 1024 * 1024 + 1)), False),
     (v2("Lane", plain("14"), queue_id=1), True),
+    # Batches: their messages' own properties (and the map's last TAGS for the tags code), every encoding.
+    (
+        batch("Lane", {"WAIT": "true"}, [(i, b"b%d" % i, properties_to_string(plain(f"15.{i}"))) for i in range(3)]),
+        True,
+    ),
+    (batch("Lane", {}, [(0, b"x", ""), (5, b"", "TAGS\x01a\x02TAGS\x01b")], 2, SerializeType.ROCKETMQ), True),
+    (batch("Lane", None, []), False),  # empty: the processor's MESSAGE_ILLEGAL
+    (batch("Lane", None, [(0, b"x" * (3 * 1024 * 1024), ""), (0, b"y" * (2 * 1024 * 1024), "")]), False),  # too big
+    (batch("Lane", {"DELAY": "2"}, [(0, b"d", "")]), False),
 ]
 
 
@@ -193,15 +209,17 @@ async def test_lane_answers_and_stores_what_the_processor_does(
             answers.append(await threads.deferToThread(exchange, port, frames, pipelined))
         lane = with_lane.controller.factory.lane
         assert lane.taken == sum(1 for _, in_lane in REQUESTS if in_lane)
-        # One by one, every frame is read in place; sent at once, those read with the first (which the lane leaves)
-        # are decoded first, and taken from their commands, in order.
-        assert lane.in_place == lane.taken if not pipelined else lane.in_place < lane.taken
+        # One by one, every frame but a batch's is read in place; sent at once, those read with the first (which the
+        # lane leaves) are decoded first, and taken from their commands, in order.
+        batches = sum(1 for r, in_lane in REQUESTS if in_lane and r.code == RequestCode.SEND_BATCH_MESSAGE)
+        assert lane.batches == batches == 2
+        assert lane.in_place == lane.taken - batches if not pipelined else lane.in_place < lane.taken - batches
         assert_same_answers(brokers, [r for r, _ in REQUESTS], answers)
         assert records(with_lane) == records(without)
         for queue_id in range(4):
             assert consume_queue(with_lane, "Lane", queue_id) == consume_queue(without, "Lane", queue_id)
         tables = [{k: v for k, v in b.controller.store.commit_log.topic_queue_table.items()} for b in brokers]
-        assert tables[0] == tables[1] and tables[0][("Lane", 0)] == 5 and tables[0][("Lane", 1)] == 2
+        assert tables[0] == tables[1] and tables[0][("Lane", 0)] == 8 and tables[0][("Lane", 1)] == 2
         for key in ("k1", "ключ", "鍵", "U6"):
             found = [len(b.controller.store.query_message("Lane", key, 10, 0, 2**62).buffers) for b in brokers]
             assert found[0] == found[1] == 1, key
@@ -262,6 +280,18 @@ def random_requests(rng: random.Random, n: int) -> list[RemotingCommand]:
         body = rng.randbytes(rng.choice([0, 1, 100, 1024, 5000]))
         queue_id = rng.choice([0, 1, 2, 3, 3, 7])
         stype = rng.choice([SerializeType.JSON, SerializeType.ROCKETMQ])
+        if rng.random() < 0.15:  # a batch: its messages' own properties (tags, keys, text of every script)
+            entries = []
+            for j in range(rng.randint(1, 5)):
+                inner = {"UNIQ_KEY": f"R{i}-{j}"}
+                if rng.random() < 0.6:
+                    inner["TAGS"] = rng.choice(["a", "b", "TagA", "ümlaut"])
+                if rng.random() < 0.4:
+                    inner["KEYS"] = rng.choice(["k1", "x y", "鍵"])
+                body = rng.randbytes(rng.choice([0, 10, 1024]))
+                entries.append((rng.randint(0, 9), body, properties_to_string(inner)))
+            requests.append(batch(topic, props, entries, queue_id, stype))
+            continue
         make = v2 if rng.random() < 0.7 else v1
         requests.append(make(topic, props, body=body, queue_id=queue_id, stype=stype))
     return requests
@@ -330,6 +360,8 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, wit
         assert_same_answers(brokers, requests, answers)
         assert records(brokers[0]) == records(brokers[1])
         lane = brokers[0].controller.factory.lane
+        batches = sum(1 for r, a in zip(requests, answers[0], strict=True) if r.code == 320 and _code(a) == 0)
+        assert batches > 10 and brokers[0].controller.factory.lane.batches > 5  # stored, most by the lane
         if with_acl:  # commands only; denials answered, each the processor's bytes
             assert lane.taken > 50 and lane.in_place == 0
             assert sum(_code(a) == ResponseCode.SYSTEM_ERROR for a in answers[0]) > 20

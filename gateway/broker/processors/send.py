@@ -93,6 +93,19 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+def batch_messages(batch_props: dict[str, str], cluster: str, body: bytes) -> list[tuple[int, bytes, str, int]]:
+    """A SEND_BATCH_MESSAGE's messages as they are stored: (flag, body, properties, tags code) each. Each keeps its
+    own properties followed by the batch's (its header's, through Java's map, with CLUSTER); its tags code is its own
+    TAGS'. Raises RecordError for a body that is not a batch."""
+    batch_props = {**batch_props, MessageConst.CLUSTER: cluster}
+    batch_str = properties_to_string(batch_props)
+    out = []
+    for flag, mbody, inner in decode_batch(body):
+        props = inner + PROPERTY_SEPARATOR + batch_str if inner and batch_str else inner or batch_str
+        out.append((flag, mbody, props, tags_code(string_to_properties(inner).get(MessageConst.TAGS))))
+    return out
+
+
 class SendMessageProcessor:
     """Stores sent messages and answers with their ids and queue offsets."""
 
@@ -371,10 +384,8 @@ class SendMessageProcessor:
             return request.response(
                 ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay or transaction", ext
             )
-        batch_props[MessageConst.CLUSTER] = broker.config.brokerClusterName
-        batch_props_str = properties_to_string(batch_props)
         try:
-            entries = decode_batch(request.body)
+            entries = batch_messages(batch_props, broker.config.brokerClusterName, request.body)
         except RecordError as e:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", ext)
         if not entries:
@@ -383,11 +394,7 @@ class SendMessageProcessor:
         sys_flag = self._base_sys_flag(header)
         born_host = broker.born_host(channel)
         msgs = []
-        for flag, body, inner_props in entries:
-            if inner_props and batch_props_str:
-                props_str = inner_props + PROPERTY_SEPARATOR + batch_props_str
-            else:
-                props_str = inner_props or batch_props_str
+        for flag, body, props_str, tags in entries:
             msgs.append(
                 MessageExtBrokerInner(
                     topic=header.topic,
@@ -395,7 +402,7 @@ class SendMessageProcessor:
                     flag=flag,
                     body=body,
                     properties=props_str,
-                    tags_code=tags_code(string_to_properties(inner_props).get(MessageConst.TAGS)),
+                    tags_code=tags,
                     sys_flag=sys_flag,
                     born_timestamp=header.born_timestamp,
                     born_host=born_host,
