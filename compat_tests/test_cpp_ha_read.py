@@ -26,7 +26,7 @@ if importlib.util.find_spec("rocketmq") is None:
 from tests.ha.procs import has_topic, until
 from tests.ha.test_chaos_4x import QUEUES, Pair
 
-from .test_cpp_client import _unique, check_messages, consume, produce
+from .test_cpp_client import _unique, check_messages, committed_offsets, consume, produce
 
 pytestmark = [pytest.mark.compat, pytest.mark.chaos]
 
@@ -62,12 +62,4 @@ def test_cpp_push_consumer_reads_from_the_slave_while_the_master_is_down(pair: P
     run = consume(tmp_path, pair, topic, group, 60, timeout=90)
     check_messages(run.messages, run_id, range(60), topic, "push consumer on the slave")
     # Its offsets were committed to the slave.
-    committed = 0
-    for queue_id in range(QUEUES):
-        request = RemotingCommand.request(
-            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": str(queue_id)}
-        )
-        resp = call(pair.slave, request)
-        if resp.code == ResponseCode.SUCCESS:
-            committed += int(resp.ext_fields["offset"])
-    assert committed == 60
+    assert sum(committed_offsets(pair.slave, group, topic, QUEUES).values()) == 60

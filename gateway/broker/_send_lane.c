@@ -682,20 +682,18 @@ done:
     return result;
 }
 
-/* The answer's msgId for records at `phys`: each the store host and the physical offset in hex (create_offset_
- * message_id), joined by commas; a new PyMem buffer in *out (its length in *len), or -1 with MemoryError. */
-static int
-msg_ids(PyObject *store_host, const long long *phys, Py_ssize_t n, char **out, Py_ssize_t *len)
+/* The longest msgId of one record: an IPv6 store host and the physical offset, in hex. */
+#define MSG_ID_MAX (2 * (20 + 8))
+
+/* The answer's msgId for records at `phys` into `out` (room for n * (MSG_ID_MAX + 1)): each the store host and the
+ * physical offset in hex (create_offset_message_id), joined by commas; its length. */
+static Py_ssize_t
+write_msg_ids(PyObject *store_host, const long long *phys, Py_ssize_t n, char *out)
 {
-    Py_ssize_t host_len = PyBytes_GET_SIZE(store_host), id_len = 2 * (host_len + 8);
-    char *ids = PyMem_Malloc(n * (id_len + 1));
-    if (ids == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    Py_ssize_t host_len = PyBytes_GET_SIZE(store_host);
     unsigned char id_bytes[28];
     memcpy(id_bytes, PyBytes_AS_STRING(store_host), host_len);
-    char *w = ids;
+    char *w = out;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i)
             *w++ = ',';
@@ -705,8 +703,73 @@ msg_ids(PyObject *store_host, const long long *phys, Py_ssize_t n, char **out, P
             *w++ = Hex[id_bytes[j] & 15];
         }
     }
-    *out = ids;
-    *len = w - ids;
+    return w - out;
+}
+
+/* One stored record to the commitlog's dispatcher (consume queue, index, arrival), as CommitLog.put_message(s)
+ * call it. 0, or -1 with an exception. */
+static int
+dispatch_record(PyObject *dispatcher, PyObject *topic, PyObject *queue_id, long long phy, long long size,
+                PyObject *tags, long long queue_offset, PyObject *store_timestamp, int32_t sys_flag, PyObject *props)
+{
+    PyObject *a[9] = {topic, queue_id, PyLong_FromLongLong(phy), PyLong_FromLongLong(size), tags,
+                      PyLong_FromLongLong(queue_offset), store_timestamp, PyLong_FromLong(sys_flag), props};
+    PyObject *dispatched = NULL;
+    if (a[2] != NULL && a[3] != NULL && a[5] != NULL && a[7] != NULL)
+        dispatched = PyObject_Vectorcall(dispatcher, a, 9, NULL);
+    Py_XDECREF(a[2]);
+    Py_XDECREF(a[3]);
+    Py_XDECREF(a[5]);
+    Py_XDECREF(a[7]);
+    if (dispatched == NULL)
+        return -1;
+    Py_DECREF(dispatched);
+    return 0;
+}
+
+/* The broker's counts for `n` messages of `bytes` stored to `topic` (MessageCounts.put). 0, or -1. */
+static int
+count_put(Lane *self, PyObject *topic, Py_ssize_t n, long long bytes)
+{
+    PyObject *a[3] = {topic, PyLong_FromSsize_t(n), PyLong_FromLongLong(bytes)};
+    PyObject *counted = a[1] != NULL && a[2] != NULL ? PyObject_Vectorcall(self->count_put, a, 3, NULL) : NULL;
+    Py_XDECREF(a[1]);
+    Py_XDECREF(a[2]);
+    if (counted == NULL)
+        return -1;
+    Py_DECREF(counted);
+    return 0;
+}
+
+/* A stored send's answer `reply` (msgId `ids`, records ending at `end`, the first at `queue_offset` of queue
+ * `queue_id`): now, appended to `replies` and counted in the latency histograms, or, when it waits for a flush or a
+ * slave (SYNC_FLUSH, SYNC_MASTER), handed to send_lane.py's wait_stored, which answers once there. 0, or -1. */
+static int
+answer_stored(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *reply, const char *ids, Py_ssize_t ids_len,
+              long long end, PyObject *queue_id, long long queue_offset, int wait, PyObject *replies, double start)
+{
+    if (!(g->waits && wait)) {
+        if (PyList_Append(replies, reply) < 0 ||
+            (g->latency != NULL && count_latency(g, s->code, monotonic_ms() - start) < 0))
+            return -1;
+        self->taken++;
+        return 0;
+    }
+    PyObject *w[9] = {channel, PyLong_FromLong(s->code), PyLong_FromLong(s->opaque), s->rocketmq ? Py_True : Py_False,
+                      PyLong_FromLongLong(end), reply, PyUnicode_FromStringAndSize(ids, ids_len), queue_id,
+                      PyLong_FromLongLong(queue_offset)};
+    PyObject *waited = NULL;
+    if (w[1] != NULL && w[2] != NULL && w[4] != NULL && w[6] != NULL && w[8] != NULL)
+        waited = PyObject_Vectorcall(self->wait_stored, w, 9, NULL);
+    Py_XDECREF(w[1]);
+    Py_XDECREF(w[2]);
+    Py_XDECREF(w[4]);
+    Py_XDECREF(w[6]);
+    Py_XDECREF(w[8]);
+    if (waited == NULL)
+        return -1;
+    Py_DECREF(waited);
+    self->taken++;
     return 0;
 }
 
@@ -828,57 +891,24 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher);
     if (dispatcher == NULL)
         goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    ok = 0;
+    for (Py_ssize_t i = 0; i < n && ok == 0; i++) {
         PyObject *e = PyList_GET_ITEM(entries, i);
-        PyObject *a[9] = {s->topic, PyTuple_GET_ITEM(key, 1), PyLong_FromLongLong(phys[i]),
-                          PyLong_FromLongLong(sizes[i]), PyTuple_GET_ITEM(e, 3), PyLong_FromLongLong(first_offset + i),
-                          ts_obj, PyLong_FromLong(sys_flag), PyTuple_GET_ITEM(e, 2)};
-        PyObject *dispatched = NULL;
-        if (a[2] != NULL && a[3] != NULL && a[5] != NULL && a[7] != NULL)
-            dispatched = PyObject_Vectorcall(dispatcher, a, 9, NULL);
-        Py_XDECREF(a[2]);
-        Py_XDECREF(a[3]);
-        Py_XDECREF(a[5]);
-        Py_XDECREF(a[7]);
-        if (dispatched == NULL) {
-            Py_DECREF(dispatcher);
-            goto done;
-        }
-        Py_DECREF(dispatched);
+        ok = dispatch_record(dispatcher, s->topic, PyTuple_GET_ITEM(key, 1), phys[i], sizes[i], PyTuple_GET_ITEM(e, 3),
+                             first_offset + i, ts_obj, sys_flag, PyTuple_GET_ITEM(e, 2));
     }
     Py_DECREF(dispatcher);
-    PyObject *ca[3] = {s->topic, PyLong_FromSsize_t(n), PyLong_FromLongLong(total)};
-    PyObject *counted = ca[1] != NULL && ca[2] != NULL ? PyObject_Vectorcall(self->count_put, ca, 3, NULL) : NULL;
-    Py_XDECREF(ca[1]);
-    Py_XDECREF(ca[2]);
-    if (counted == NULL)
+    if (ok < 0 || count_put(self, s->topic, n, total) < 0)
         goto done;
-    Py_DECREF(counted);
-    Py_ssize_t ids_len;
-    if (msg_ids(g->store_host, phys, n, &ids, &ids_len) < 0)
+    if ((ids = PyMem_Malloc(n * (MSG_ID_MAX + 1))) == NULL) {
+        PyErr_NoMemory();
         goto done;
-    if ((reply = reply_frame(self, s->rocketmq, s->opaque, ids, ids_len, s->queue_id, first_offset)) == NULL)
+    }
+    Py_ssize_t ids_len = write_msg_ids(g->store_host, phys, n, ids);
+    if ((reply = reply_frame(self, s->rocketmq, s->opaque, ids, ids_len, s->queue_id, first_offset)) == NULL ||
+        answer_stored(self, g, channel, s, reply, ids, ids_len, end, PyTuple_GET_ITEM(key, 1), first_offset, wait,
+                      replies, start) < 0)
         goto done;
-    if (g->waits && wait) {
-        PyObject *w[9] = {channel, PyLong_FromLong(s->code), PyLong_FromLong(s->opaque),
-                          s->rocketmq ? Py_True : Py_False, PyLong_FromLongLong(end), reply,
-                          PyUnicode_FromStringAndSize(ids, ids_len), PyTuple_GET_ITEM(key, 1),
-                          PyLong_FromLongLong(first_offset)};
-        PyObject *waited = NULL;
-        if (w[1] != NULL && w[2] != NULL && w[4] != NULL && w[6] != NULL && w[8] != NULL)
-            waited = PyObject_Vectorcall(self->wait_stored, w, 9, NULL);
-        Py_XDECREF(w[1]);
-        Py_XDECREF(w[2]);
-        Py_XDECREF(w[4]);
-        Py_XDECREF(w[6]);
-        Py_XDECREF(w[8]);
-        if (waited == NULL)
-            goto done;
-        Py_DECREF(waited);
-    } else if (PyList_Append(replies, reply) < 0 ||
-               (g->latency != NULL && count_latency(g, s->code, monotonic_ms() - start) < 0))
-        goto done;
-    self->taken++;
     self->batches++;
     result = 1;
 done:
@@ -903,7 +933,7 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     int ok, result = 0;
     int32_t queue_id = s->queue_id, sys_flag = s->sys_flag;
     PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL;
-    PyObject *crc = NULL, *counted = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
+    PyObject *crc = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
         return ok;
@@ -1038,102 +1068,28 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     mm.obj = NULL;
 
     /* What CommitLog.put_message leaves behind: the commitlog's end and tail, warm pages ahead, the queue's next
-     * offset; then the dispatch to the consume queue and index, and the broker's counts. */
-    PyObject *a[9];
-    PyObject *phy_obj = NULL, *size_obj = NULL, *tags_obj = NULL, *qoff_obj = NULL, *ts_obj = NULL, *sys_obj = NULL;
-    if (advance_commitlog(self, f, end, store_timestamp, &ts_obj) < 0)
-        goto dispatch_error;
-    if ((qoff_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL ||
-        PyDict_SetItem(g->queue_table, key, qoff_obj) < 0)
-        goto dispatch_error;
-    Py_CLEAR(qoff_obj);
-    PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher);
-    if (dispatcher == NULL || (phy_obj = PyLong_FromLongLong(phy)) == NULL ||
-        (size_obj = PyLong_FromLongLong(size)) == NULL || (tags_obj = PyLong_FromLongLong(tags)) == NULL ||
-        (qoff_obj = PyLong_FromLongLong(queue_offset)) == NULL || (sys_obj = PyLong_FromLong(sys_flag)) == NULL) {
-        Py_XDECREF(dispatcher);
-        goto dispatch_error;
-    }
-    a[0] = topic;
-    a[1] = PyTuple_GET_ITEM(key, 1);
-    a[2] = phy_obj;
-    a[3] = size_obj;
-    a[4] = tags_obj;
-    a[5] = qoff_obj;
-    a[6] = ts_obj;
-    a[7] = sys_obj;
-    a[8] = props;
-    PyObject *dispatched = PyObject_Vectorcall(dispatcher, a, 9, NULL);
-    Py_DECREF(dispatcher);
-    if (dispatched == NULL)
-        goto dispatch_error;
-    Py_DECREF(dispatched);
-    a[1] = PyLong_FromLong(1);
-    if (a[1] == NULL)
-        goto dispatch_error;
-    a[2] = size_obj;
-    counted = PyObject_Vectorcall(self->count_put, a, 3, NULL);
-    Py_DECREF(a[1]);
-    if (counted == NULL)
-        goto dispatch_error;
-
-    /* The answer: msgId is the store host and the physical offset, in hex (create_offset_message_id). */
-    unsigned char id_bytes[28];
-    char msg_id[56];
-    Py_ssize_t id_len = store_len + 8;
-    memcpy(id_bytes, PyBytes_AS_STRING(g->store_host), store_len);
-    put64(id_bytes + store_len, phy);
-    for (Py_ssize_t i = 0; i < id_len; i++) {
-        msg_id[2 * i] = Hex[id_bytes[i] >> 4];
-        msg_id[2 * i + 1] = Hex[id_bytes[i] & 15];
-    }
-    if ((reply = reply_frame(self, s->rocketmq, s->opaque, msg_id, 2 * id_len, queue_id, queue_offset)) == NULL)
-        goto dispatch_error;
-    if (g->waits && wait) {
-        /* SYNC_FLUSH / SYNC_MASTER: send_lane.py answers once the bytes are on disk or on a slave. */
-        PyObject *id_str = PyUnicode_FromStringAndSize(msg_id, 2 * id_len);
-        PyObject *end_obj = id_str ? PyLong_FromLongLong(end) : NULL;
-        if (end_obj == NULL) {
-            Py_XDECREF(id_str);
-            goto dispatch_error;
-        }
-        PyObject *opaque = PyLong_FromLong(s->opaque);
-        if (opaque == NULL) {
-            Py_DECREF(id_str);
-            Py_DECREF(end_obj);
-            goto dispatch_error;
-        }
-        PyObject *code = PyLong_FromLong(s->code);
-        if (code == NULL) {
-            Py_DECREF(opaque);
-            Py_DECREF(id_str);
-            Py_DECREF(end_obj);
-            goto dispatch_error;
-        }
-        PyObject *w[9] = {channel, code, opaque, s->rocketmq ? Py_True : Py_False, end_obj, reply, id_str,
-                          PyTuple_GET_ITEM(key, 1), qoff_obj};
-        PyObject *waited = PyObject_Vectorcall(self->wait_stored, w, 9, NULL);
-        Py_DECREF(code);
-        Py_DECREF(opaque);
-        Py_DECREF(id_str);
-        Py_DECREF(end_obj);
-        if (waited == NULL)
-            goto dispatch_error;
-        Py_DECREF(waited);
-    } else if (PyList_Append(replies, reply) < 0 ||
-               (g->latency != NULL && count_latency(g, s->code, monotonic_ms() - start) < 0))
-        goto dispatch_error;
-    self->taken++;
-    result = 1;
-dispatch_error:
-    Py_XDECREF(phy_obj);
-    Py_XDECREF(size_obj);
-    Py_XDECREF(tags_obj);
-    Py_XDECREF(qoff_obj);
+     * offset; then the dispatch to the consume queue and index, the broker's counts and the answer. */
+    PyObject *ts_obj = NULL, *qoff_obj = NULL, *tags_obj = NULL, *dispatcher = NULL;
+    char msg_id[MSG_ID_MAX];
+    Py_ssize_t id_len = write_msg_ids(g->store_host, &phy, 1, msg_id);
+    if (advance_commitlog(self, f, end, store_timestamp, &ts_obj) < 0 ||
+        (qoff_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL || PyDict_SetItem(g->queue_table, key, qoff_obj) < 0 ||
+        (dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher)) == NULL ||
+        (tags_obj = PyLong_FromLongLong(tags)) == NULL ||
+        dispatch_record(dispatcher, topic, PyTuple_GET_ITEM(key, 1), phy, size, tags_obj, queue_offset, ts_obj,
+                        sys_flag, props) < 0 ||
+        count_put(self, topic, 1, size) < 0 ||
+        (reply = reply_frame(self, s->rocketmq, s->opaque, msg_id, id_len, queue_id, queue_offset)) == NULL ||
+        answer_stored(self, g, channel, s, reply, msg_id, id_len, end, PyTuple_GET_ITEM(key, 1), queue_offset, wait,
+                      replies, start) < 0)
+        result = -1;
+    else
+        result = 1;
     Py_XDECREF(ts_obj);
-    Py_XDECREF(sys_obj);
-    if (result == 1)
-        goto out;
+    Py_XDECREF(qoff_obj);
+    Py_XDECREF(tags_obj);
+    Py_XDECREF(dispatcher);
+    goto out;
 error:
     result = -1;
     goto out;
@@ -1149,7 +1105,6 @@ out:
     Py_XDECREF(born);
     Py_XDECREF(attrs);
     Py_XDECREF(crc);
-    Py_XDECREF(counted);
     Py_XDECREF(reply);
     Py_XDECREF(tc);
     return result;

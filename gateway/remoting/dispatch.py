@@ -96,12 +96,8 @@ class RequestDispatcher:
         """Run the processor for ``request`` and write its response, if any."""
         start = time.perf_counter() if self.rpc_latency is not None else 0.0
         try:
-            response = None
-            for hook in self.hooks:
-                response = hook(channel, request)
-                if response is not None:
-                    break
-            else:
+            response = self._hooked(channel, request) if self.hooks else None
+            if response is None:
                 handler = self._handlers.get(request.code)
                 if handler is None:
                     if not self.answer_unknown:
@@ -143,17 +139,24 @@ class RequestDispatcher:
         runs them: True to serve it; False when a hook answered it (the answer is sent as dispatch sends it); None
         when a hook failed or answered later, for dispatch to run them again and answer its way."""
         start = time.perf_counter() if self.rpc_latency is not None else 0.0
+        try:
+            response = self._hooked(channel, request)
+        except Exception:
+            return None
+        if response is None:
+            return True
+        if type(response) is not RemotingCommand:
+            return None
+        self._respond(channel, request, response, start)
+        return False
+
+    def _hooked(self, channel: RemotingProtocol, request: RemotingCommand) -> Any:
+        """The first hook's answer to ``request`` (a refusal), or None when every hook lets it through."""
         for hook in self.hooks:
-            try:
-                response = hook(channel, request)
-            except Exception:
-                return None
+            response = hook(channel, request)
             if response is not None:
-                if type(response) is not RemotingCommand:
-                    return None
-                self._respond(channel, request, response, start)
-                return False
-        return True
+                return response
+        return None
 
     def _respond(
         self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand | None, start: float

@@ -21,6 +21,7 @@ from gateway.remoting.codes import RequestCode, ResponseCode, SerializeType
 from gateway.remoting.command import RemotingCommand
 from gateway.remoting.headers import SendMessageRequestHeader
 from gateway.remoting.message import decode_records, encode_batch, properties_to_string
+from tests.acl.conftest import ADMIN, PLAIN_ACL_YML, USER, signed
 
 from .conftest import BrokerUnderTest
 
@@ -313,11 +314,11 @@ accounts:
 LANER, BOSS = SessionCredentials("lane-user", "lane-secret"), SessionCredentials("the-boss", "boss-secret")
 
 
-def acl_settings(root: Path) -> dict[str, str]:
-    """ACL on, with LANE_ACL_YML, and a metrics exporter: every hook the lane must honour."""
+def acl_settings(root: Path, plain_acl_yml: str) -> dict[str, str]:
+    """ACL on, with a RocketMQ home under ``root`` whose conf/plain_acl.yml is ``plain_acl_yml``."""
     (root / "home" / "conf").mkdir(parents=True)
-    (root / "home" / "conf" / "plain_acl.yml").write_text(LANE_ACL_YML)
-    return {"aclEnable": "true", "rocketmqHome": str(root / "home"), **METERED}
+    (root / "home" / "conf" / "plain_acl.yml").write_text(plain_acl_yml)
+    return {"aclEnable": "true", "rocketmqHome": str(root / "home")}
 
 
 def sign_some(rng: random.Random, requests: list[RemotingCommand]) -> None:
@@ -335,7 +336,7 @@ def sign_some(rng: random.Random, requests: list[RemotingCommand]) -> None:
 async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, with_acl: bool) -> None:
     rng = random.Random(29)
     requests = random_requests(rng, 400)
-    settings = acl_settings(tmp_path) if with_acl else {}
+    settings = {**acl_settings(tmp_path, LANE_ACL_YML), **METERED} if with_acl else {}  # every hook the lane honours
     if with_acl:
         sign_some(rng, requests)
     brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
@@ -375,7 +376,6 @@ async def test_lane_against_processor_random_sends(tmp_path: Path, remoting, wit
 
 def acl_requests() -> list[tuple[RemotingCommand, str | None]]:
     """Plain sends to an ACL broker, signed and not: (request, the reason it is denied or None)."""
-    from tests.acl.conftest import USER, signed
 
     def send(topic: str, key: str, queue_id: int = 0, creds: SessionCredentials = USER) -> RemotingCommand:
         return signed(v2(topic, plain(key), queue_id=queue_id), creds)
@@ -397,12 +397,7 @@ def acl_requests() -> list[tuple[RemotingCommand, str | None]]:
 @pytest.mark.parametrize("pipelined", [False, True], ids=["one-by-one", "pipelined"])
 @pytest_twisted.ensureDeferred
 async def test_lane_with_acl_serves_only_what_the_hooks_admit(tmp_path: Path, remoting, pipelined: bool) -> None:
-    from tests.acl.conftest import ADMIN, PLAIN_ACL_YML, signed
-
-    conf = tmp_path / "home" / "conf"
-    conf.mkdir(parents=True)
-    (conf / "plain_acl.yml").write_text(PLAIN_ACL_YML)
-    settings = {"aclEnable": "true", "rocketmqHome": str(tmp_path / "home")}
+    settings = acl_settings(tmp_path, PLAIN_ACL_YML)
     brokers = [BrokerUnderTest(tmp_path / name, remoting, **settings) for name in ("lane", "python")]
     denials: list[str] = []
 
