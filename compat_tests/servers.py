@@ -48,33 +48,56 @@ def jdk_tool(name: str) -> str:
     return found
 
 
+def _ports_of_this_worker() -> range:
+    """This test process's share of the ports below the kernel's ephemeral range. A port handed out from there is
+    never taken meanwhile by a connection's own end (those come from the ephemeral range), so a server stopped and
+    started again on it gets it back; pytest-xdist workers get disjoint shares."""
+    try:
+        first_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 32768
+    low, high = 10000, min(first_ephemeral, 65536)
+    if high - low < 4096:  # the ephemeral range starts too low to leave room below it: share all ports above 10000
+        high = 65536
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    index = int(worker) if worker.isdigit() else 0
+    share = (high - low) // max(workers, 1)
+    return range(low + index * share, low + (index + 1) * share)
+
+
+_PORTS = _ports_of_this_worker()
+# A random start, so that a child process in the same worker's share does not hand out its parent's first ports.
+_next_port = _PORTS.start + random.randrange(len(_PORTS))
+
+
+def _free_port_run(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports, all free right now, from this worker's share (see
+    ``_ports_of_this_worker``); each later call hands out ports after these, wrapping round the share."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        first = _next_port
+        if first + n > _PORTS.stop:
+            first = _PORTS.start
+        _next_port = first + n
+        if all(_bindable(p) for p in range(first, first + n)):
+            return first
+    raise OSError(f"no {n} consecutive free ports in {_PORTS.start}-{_PORTS.stop - 1}")
+
+
 def free_port() -> int:
-    """A loopback port free right now (for a child process's config file, which cannot say "any port")."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port free right now, never handed out before by this process while its share lasts (for a child
+    process's config file, which cannot say "any port", and for a server restarted on the port it had)."""
+    return _free_port_run(1)
 
 
 def free_broker_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
     """A free port for a broker's ``listenPort`` whose neighbours are free too: a broker (ours as Apache's) also
-    listens on port - 2 (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. Ephemeral ports
-    of live connections are handed out side by side, so a bare free port often has a taken neighbour. ``avoid``: ports
-    already given to processes that may not have bound them yet (a NameServer still starting)."""
+    listens on port - 2 (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. ``avoid``:
+    ports already given to processes that may not have bound them yet (a NameServer still starting)."""
     for _ in range(100):
-        port = free_port()
-        used = (port - 2, port, port + 1)
-        if (
-            port - 2 > 1024
-            and port + 1 < 65536
-            and avoid.isdisjoint(used)
-            and all(_bindable(p) for p in (port - 2, port + 1))
-        ):
-            return port
-    # Ephemeral ports all but used up (thousands of connections in TIME_WAIT): look below their range.
-    for _ in range(1000):
-        port = random.randrange(10002, 32767)
-        used = (port - 2, port, port + 1)
-        if avoid.isdisjoint(used) and all(_bindable(p) for p in used):
+        port = _free_port_run(4) + 2
+        if avoid.isdisjoint((port - 2, port - 1, port, port + 1)):
             return port
     raise OSError("no free port with free neighbours")
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from twisted.logger import formatEvent, globalLogPublisher
 
+from compat_tests.servers import free_port
 from gateway.broker.config import BrokerConfig, load_broker_config
 from gateway.config import KEY_RULES, ConfigError, UpdateRefused, remote_update
 from gateway.controller.config import ControllerConfig, load_controller_config
@@ -196,12 +197,6 @@ def _busy_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_mqbroker_port_in_use_is_one_line_and_the_store_is_closed_cleanly(tmp_path: Path) -> None:
     with _busy_port() as port:
         conf = _broker_conf(tmp_path, f"listenPort={port}")
@@ -317,7 +312,7 @@ def _line_with(lines: queue.Queue[str], text: str, seconds: float) -> tuple[str,
 
 
 def test_gateway_takes_the_namesrv_files_port_and_address_over_its_defaults(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     namesrv_conf = tmp_path / "namesrv.properties"
     # 127.0.0.2 is loopback too: the file's bindAddress wins over --bind's default 127.0.0.1.
     namesrv_conf.write_text(f"listenPort={port}\nbindAddress=127.0.0.2\nkvConfigPath={tmp_path / 'kv.json'}\n")
@@ -340,7 +335,7 @@ def _route_code(host: str, port: int, topic: str) -> int:
 
 
 def test_broker_is_ready_only_once_a_namesrv_accepted_it(tmp_path: Path) -> None:
-    port = _free_port()  # nothing listens there yet
+    port = free_port()  # nothing listens there yet
     conf = _broker_conf(tmp_path, "registerNameServerPeriod=10000")
     with _process(tmp_path, "gateway.broker", "-c", str(conf), "-n", f"127.0.0.1:{port}") as lines:
         warning, before = _line_with(lines, "is not ready", 20)

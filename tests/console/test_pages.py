@@ -11,11 +11,11 @@ from typing import Any
 import pytest_twisted
 from twisted.internet.threads import deferToThread
 
+from compat_tests.servers import free_port
 from compat_tests.test_cpp_client import _command, _env, produce
 from gateway.admin.ext import AdminExt
 from gateway.client import Producer, build_message
 from tests.broker.test_pop import pop_header
-from tests.dledger.cluster import free_ports
 from tests.namesrv.support import register_request
 
 from .browser import ROOT, in_chromium, needs_chromium, shot
@@ -170,7 +170,7 @@ async def test_a_consumers_running_info_from_its_group_page(cluster: Cluster) ->
 async def test_a_broker_that_does_not_answer_shows_its_error_in_its_row(cluster: Cluster) -> None:
     # Two slaves of broker-b registered as a broker would and gone: one address where nothing listens, one where
     # the NameServer answers (an error code: GET_BROKER_RUNTIME_INFO is not its request).
-    (dead_port,) = free_ports(1)
+    dead_port = free_port()
     dead, wrong = f"127.0.0.1:{dead_port}", cluster.namesrv_addr
     registrar = AdminExt(cluster.namesrv_addr)  # the NameServer keeps them while this connection is open
     try:

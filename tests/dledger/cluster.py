@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from twisted.internet import reactor, task
 
+from compat_tests.servers import free_port
 from gateway.dledger.config import DLedgerConfig
 from gateway.dledger.member_state import MemberRole
 from gateway.dledger.server import DLedgerServer
@@ -27,17 +27,6 @@ TIMINGS = {
 }
 DATA_FILE = 64 * 1024
 INDEX_FILE = 32 * 1024
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 async def sleep(seconds: float) -> None:
@@ -61,7 +50,7 @@ class Cluster:
 
     def __init__(self, base: Path, size: int = 3, ports: list[int] | None = None, **overrides: Any) -> None:
         self.base = base
-        ports = ports or free_ports(size)
+        ports = ports or [free_port() for _ in range(size)]
         self.peers = {f"n{i}": f"127.0.0.1:{port}" for i, port in enumerate(ports)}
         self.timings = {**TIMINGS, **overrides}
         self.servers: dict[str, DLedgerServer] = {}
