@@ -60,7 +60,7 @@ typedef struct {
     /* What the lane reads, set once by send_lane.py (see Lane's docstring for each). */
     PyObject *config, *broker, *dispatcher, *store, *commit_log, *file_queue, *topics, *store_config, *count_put, *send_properties,
         *crc32, *known_topics, *known_groups, *not_allowed, *retry_prefix, *cluster, *wait_stored,
-        *serialize_rocketmq, *region, *trace_on, *json_pieces, *batch;
+        *serialize_rocketmq, *region, *trace_on, *json_pieces, *batch, *batch_properties;
     long long mapped_file_size;
     int version;
     /* Requests taken, and of them those read in place and the batches, for tests and the benchmarks. */
@@ -92,6 +92,7 @@ lane_clear_refs(Lane *self)
     Py_CLEAR(self->trace_on);
     Py_CLEAR(self->json_pieces);
     Py_CLEAR(self->batch);
+    Py_CLEAR(self->batch_properties);
 }
 
 static int
@@ -100,14 +101,14 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
     static char *kw[] = {"config", "broker", "dispatcher", "store", "commit_log", "file_queue", "topics", "store_config",
                          "count_put", "send_properties", "crc32", "known_topics", "known_groups", "not_allowed",
                          "retry_prefix", "cluster", "wait_stored", "serialize_rocketmq", "region",
-                         "trace_on", "json_pieces", "batch", "mapped_file_size", "version", NULL};
-    PyObject *o[22];
+                         "trace_on", "json_pieces", "batch", "batch_properties", "mapped_file_size", "version", NULL};
+    PyObject *o[23];
     long long mapped_file_size;
     int version;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!OLi", kw, &o[0], &o[1], &o[2], &o[3],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!OOLi", kw, &o[0], &o[1], &o[2], &o[3],
                                      &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PySet_Type, &o[11],
                                      &PySet_Type, &o[12], &PyFrozenSet_Type, &o[13], &o[14], &o[15], &o[16], &o[17],
-                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20], &o[21],
+                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20], &o[21], &o[22],
                                      &mapped_file_size, &version))
         return -1;
     if (PyTuple_GET_SIZE(o[20]) != 5) {
@@ -124,8 +125,9 @@ lane_init(Lane *self, PyObject *args, PyObject *kwds)
                           &self->topics, &self->store_config, &self->count_put, &self->send_properties, &self->crc32,
                           &self->known_topics, &self->known_groups, &self->not_allowed, &self->retry_prefix,
                           &self->cluster, &self->wait_stored, &self->serialize_rocketmq,
-                          &self->region, &self->trace_on, &self->json_pieces, &self->batch};
-    for (int i = 0; i < 22; i++)
+                          &self->region, &self->trace_on, &self->json_pieces, &self->batch,
+                          &self->batch_properties};
+    for (int i = 0; i < 23; i++)
         *slots[i] = Py_NewRef(o[i]);
     self->mapped_file_size = mapped_file_size;
     self->version = version;
@@ -773,8 +775,171 @@ answer_stored(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *reply,
     return 0;
 }
 
+/* One message of a batch as it is stored: its flag, body (in the request's body, or in `owner`), stored
+ * properties (a str) and tags code. */
+typedef struct {
+    int32_t flag, tags;
+    const char *body;
+    Py_ssize_t body_len;
+    PyObject *props;
+} BatchEntry;
+
+/* The tags code of ASCII properties p[0:n]: string_to_properties' TAGS (the last "TAGS\x01" property with a value),
+ * hashed as Java's String.hashCode; 0 without one. */
+static int32_t
+ascii_tags_code(const char *p, Py_ssize_t n)
+{
+    static const char TAGS[] = "TAGS\x01";
+    const Py_ssize_t tags_len = sizeof(TAGS) - 1;
+    const char *tag = NULL;
+    Py_ssize_t tag_n = 0;
+    for (Py_ssize_t s = 0; s <= n;) {
+        const char *sep = memchr(p + s, 2, n - s);
+        Py_ssize_t e = sep ? sep - p : n;
+        if (e - s > tags_len && memcmp(p + s, TAGS, tags_len) == 0) {
+            tag = p + s + tags_len;
+            tag_n = e - s - tags_len;
+        }
+        if (!sep)
+            break;
+        s = e + 1;
+    }
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < tag_n; i++)
+        h = 31 * h + (unsigned char)tag[i];
+    return (int32_t)h;
+}
+
+static int
+is_ascii(const char *p, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if ((unsigned char)p[i] & 0x80)
+            return 0;
+    return 1;
+}
+
+/* A batch body's messages parsed here as processors/send.py's batch_messages makes them (decode_batch, each one's
+ * properties then `batch_str`'s, its TAGS' code) into *entries (n of them, PyMem): 1; 0 for a body that is not a
+ * batch or is empty (the processor refuses it); 2 for text only Python decodes (not ASCII); -1 error. */
+static int
+parse_batch(const char *body, Py_ssize_t len, PyObject *batch_str, BatchEntry **entries, Py_ssize_t *n_out)
+{
+    const unsigned char *b = (const unsigned char *)body;
+    if (!PyUnicode_IS_ASCII(batch_str))
+        return 2;
+    Py_ssize_t n = 0, bn = PyUnicode_GET_LENGTH(batch_str);
+    const char *bs = (const char *)PyUnicode_1BYTE_DATA(batch_str);
+    /* First the layout: each entry's total, magic, CRC, flag, body length, body, properties length, properties. */
+    for (Py_ssize_t pos = 0; pos < len; n++) {
+        if (len - pos < 20)
+            return 0;
+        int32_t total = get32(b + pos), blen = get32(b + pos + 16);
+        Py_ssize_t p = pos + 20;
+        if (blen < 0 || blen > len - p || len - p - blen < 2)
+            return 0;
+        p += blen;
+        int16_t plen = get16(b + p);
+        p += 2;
+        if (plen < 0 || plen > len - p)
+            return 0;
+        if (!is_ascii(body + p, plen))
+            return 2;
+        p += plen;
+        if (total != p - pos)
+            return 0;
+        pos = p;
+    }
+    if (n == 0)
+        return 0;
+    BatchEntry *out = PyMem_Calloc(n, sizeof(BatchEntry));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t pos = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        BatchEntry *e = &out[i];
+        e->flag = get32(b + pos + 12);
+        e->body_len = get32(b + pos + 16);
+        e->body = body + pos + 20;
+        const char *inner = e->body + e->body_len + 2;
+        Py_ssize_t inner_n = get16((const unsigned char *)inner - 2);
+        e->tags = ascii_tags_code(inner, inner_n);
+        Py_ssize_t stored_n = inner_n ? inner_n + 1 + bn : bn;
+        if ((e->props = PyUnicode_New(stored_n, 127)) == NULL) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                Py_DECREF(out[j].props);
+            PyMem_Free(out);
+            return -1;
+        }
+        char *w = (char *)PyUnicode_1BYTE_DATA(e->props);
+        if (inner_n) {
+            memcpy(w, inner, inner_n);
+            w[inner_n] = 2;
+            w += inner_n + 1;
+        }
+        memcpy(w, bs, bn);
+        pos = inner + inner_n - body;
+    }
+    *entries = out;
+    *n_out = n;
+    return 1;
+}
+
+/* The messages send_lane.py's batch() makes (Python's decoding, for what parse_batch leaves to it) as entries: 1, 0
+ * for a batch the processor refuses, -1 error. `*owner` keeps the bodies alive. */
+static int
+python_batch(Lane *self, Send *s, BatchEntry **entries, Py_ssize_t *n_out, PyObject **owner)
+{
+    PyObject *body = PyBytes_FromStringAndSize(s->body, s->body_len);
+    if (body == NULL)
+        return -1;
+    PyObject *args[2] = {s->properties != NULL ? s->properties : Py_None, body};
+    PyObject *list = PyObject_Vectorcall(self->batch, args, 2, NULL);
+    Py_DECREF(body);
+    if (list == NULL)
+        return -1;
+    *owner = list;
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0)
+        return 0; /* the processor answers a bad or empty batch */
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    BatchEntry *out = PyMem_Calloc(n, sizeof(BatchEntry));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(list, i);
+        int overflow = 0;
+        long long flag = 0, tags = 0;
+        if (PyTuple_CheckExact(e) && PyTuple_GET_SIZE(e) == 4 && PyLong_CheckExact(PyTuple_GET_ITEM(e, 0)) &&
+            PyBytes_CheckExact(PyTuple_GET_ITEM(e, 1)) && PyUnicode_CheckExact(PyTuple_GET_ITEM(e, 2)) &&
+            PyLong_CheckExact(PyTuple_GET_ITEM(e, 3))) {
+            flag = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &overflow);
+            if (!overflow)
+                tags = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 3), &overflow);
+        }
+        else
+            overflow = 1;
+        if (overflow || flag < INT32_MIN || flag > INT32_MAX || tags < INT32_MIN || tags > INT32_MAX) {
+            for (Py_ssize_t j = 0; j < i; j++)
+                Py_DECREF(out[j].props);
+            PyMem_Free(out);
+            return 0;
+        }
+        out[i] = (BatchEntry){.flag = (int32_t)flag, .tags = (int32_t)tags,
+                              .body = PyBytes_AS_STRING(PyTuple_GET_ITEM(e, 1)),
+                              .body_len = PyBytes_GET_SIZE(PyTuple_GET_ITEM(e, 1)),
+                              .props = Py_NewRef(PyTuple_GET_ITEM(e, 2))};
+    }
+    *entries = out;
+    *n_out = n;
+    return 1;
+}
+
 /* A SEND_BATCH_MESSAGE whose checks serve() has done: its messages as SendMessageProcessor._send_batch makes them
- * (send_lane.py's batch(): each one's flag, body, stored properties and tags code), written contiguously as
+ * (parse_batch, or send_lane.py's batch() for text that is not ASCII), written contiguously as
  * CommitLog.put_messages writes them (one store time, consecutive queue offsets), dispatched, counted and answered
  * with the records' ids joined by commas. 1 taken, 0 left to Python (what it would refuse: a bad or empty body, a
  * message or batch too large, properties too long, a segment to roll), -1 error. */
@@ -783,24 +948,26 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
             int wait, PyObject *replies, double start)
 {
     int ok, result = -1;
-    PyObject *entries = NULL, *f = NULL, *key = NULL, *ts_obj = NULL, *reply = NULL;
+    PyObject *owner = NULL, *f = NULL, *key = NULL, *ts_obj = NULL, *reply = NULL, *batch_str = NULL;
+    BatchEntry *entries = NULL;
+    Py_ssize_t n = 0;
     Record *recs = NULL;
     long long *sizes = NULL;
     char *ids = NULL;
     Py_buffer mm = {0};
-    PyObject *body = PyBytes_FromStringAndSize(s->body, s->body_len);
-    if (body == NULL)
+    PyObject *props_arg = s->properties != NULL ? s->properties : Py_None;
+    if ((batch_str = PyObject_CallOneArg(self->batch_properties, props_arg)) == NULL)
         return -1;
-    PyObject *args[2] = {s->properties != NULL ? s->properties : Py_None, body};
-    entries = PyObject_Vectorcall(self->batch, args, 2, NULL);
-    Py_DECREF(body);
-    if (entries == NULL)
+    if (!PyUnicode_CheckExact(batch_str))
+        ok = 2;
+    else if ((ok = parse_batch(s->body, s->body_len, batch_str, &entries, &n)) < 0)
+        goto done;
+    if (ok == 2 && (ok = python_batch(self, s, &entries, &n, &owner)) < 0)
         goto done;
     result = 0;
-    if (!PyList_CheckExact(entries) || PyList_GET_SIZE(entries) == 0)
-        goto done; /* the processor answers a bad or empty batch */
-    Py_ssize_t n = PyList_GET_SIZE(entries), born_len = PyBytes_GET_SIZE(born);
-    Py_ssize_t store_len = PyBytes_GET_SIZE(g->store_host);
+    if (ok == 0)
+        goto done;
+    Py_ssize_t born_len = PyBytes_GET_SIZE(born), store_len = PyBytes_GET_SIZE(g->store_host);
     if ((recs = PyMem_Calloc(n, sizeof(Record))) == NULL || (sizes = PyMem_Calloc(2 * n, sizeof(long long))) == NULL) {
         PyErr_NoMemory();
         result = -1;
@@ -815,35 +982,25 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     long long total = 0, body_total = 0;
     /* CommitLog._check_batch: each message as _check checks it, then the bodies and the records together. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 4 || !PyLong_CheckExact(PyTuple_GET_ITEM(e, 0)) ||
-            !PyBytes_CheckExact(PyTuple_GET_ITEM(e, 1)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(e, 2)) ||
-            !PyLong_CheckExact(PyTuple_GET_ITEM(e, 3)))
-            goto done;
-        int overflow;
-        long long flag = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(e, 0), &overflow);
-        if (overflow || flag < INT32_MIN || flag > INT32_MAX)
-            goto done;
         Py_ssize_t props_len;
-        const char *props = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(e, 2), &props_len);
+        const char *props = PyUnicode_AsUTF8AndSize(entries[i].props, &props_len);
         if (props == NULL) {
             result = -1;
             goto done;
         }
-        PyObject *mbody = PyTuple_GET_ITEM(e, 1);
-        if (props_len > MAX_PROPERTIES_LENGTH || PyBytes_GET_SIZE(mbody) > g->max_message_size)
+        if (props_len > MAX_PROPERTIES_LENGTH || entries[i].body_len > g->max_message_size)
             goto done;
         recs[i] = (Record){
-            .magic = MESSAGE_MAGIC_CODE, .queue_id = s->queue_id, .flag = (int32_t)flag, .sys_flag = sys_flag,
+            .magic = MESSAGE_MAGIC_CODE, .queue_id = s->queue_id, .flag = entries[i].flag, .sys_flag = sys_flag,
             .reconsume_times = s->reconsume, .born_timestamp = s->born_ts, .prepared_offset = 0,
             .born_host = PyBytes_AS_STRING(born), .born_len = born_len, .store_host = PyBytes_AS_STRING(g->store_host),
-            .store_len = store_len, .body = PyBytes_AS_STRING(mbody), .body_len = PyBytes_GET_SIZE(mbody),
+            .store_len = store_len, .body = entries[i].body, .body_len = entries[i].body_len,
             .topic = PyBytes_AS_STRING(topic_b), .topic_len = PyBytes_GET_SIZE(topic_b), .props = props,
             .props_len = props_len,
         };
         sizes[i] = record_length(&recs[i]);
         total += sizes[i];
-        body_total += PyBytes_GET_SIZE(mbody);
+        body_total += entries[i].body_len;
     }
     if (body_total > g->max_message_size || total + END_FILE_MIN_BLANK_LENGTH > self->mapped_file_size)
         goto done;
@@ -858,7 +1015,9 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     result = -1;
     /* The bodies' CRCs; nothing after this point refuses the batch. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *crc = PyObject_CallOneArg(self->crc32, PyTuple_GET_ITEM(PyList_GET_ITEM(entries, i), 1));
+        PyObject *view = PyMemoryView_FromMemory((char *)entries[i].body, entries[i].body_len, PyBUF_READ);
+        PyObject *crc = view != NULL ? PyObject_CallOneArg(self->crc32, view) : NULL;
+        Py_XDECREF(view);
         if (crc == NULL)
             goto done;
         long long v = PyLong_AsLongLong(crc);
@@ -893,9 +1052,11 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
         goto done;
     ok = 0;
     for (Py_ssize_t i = 0; i < n && ok == 0; i++) {
-        PyObject *e = PyList_GET_ITEM(entries, i);
-        ok = dispatch_record(dispatcher, s->topic, PyTuple_GET_ITEM(key, 1), phys[i], sizes[i], PyTuple_GET_ITEM(e, 3),
-                             first_offset + i, ts_obj, sys_flag, PyTuple_GET_ITEM(e, 2));
+        PyObject *tags = PyLong_FromLong(entries[i].tags);
+        ok = tags == NULL ? -1
+                          : dispatch_record(dispatcher, s->topic, PyTuple_GET_ITEM(key, 1), phys[i], sizes[i], tags,
+                                            first_offset + i, ts_obj, sys_flag, entries[i].props);
+        Py_XDECREF(tags);
     }
     Py_DECREF(dispatcher);
     if (ok < 0 || count_put(self, s->topic, n, total) < 0)
@@ -914,10 +1075,15 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
 done:
     if (mm.obj != NULL)
         PyBuffer_Release(&mm);
+    if (entries != NULL)
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(entries[i].props);
+    PyMem_Free(entries);
     PyMem_Free(recs);
     PyMem_Free(sizes);
     PyMem_Free(ids);
-    Py_XDECREF(entries);
+    Py_XDECREF(owner);
+    Py_XDECREF(batch_str);
     Py_XDECREF(f);
     Py_XDECREF(key);
     Py_XDECREF(ts_obj);

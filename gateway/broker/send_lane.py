@@ -29,7 +29,7 @@ from gateway.remoting.message import RecordError, _c_send_properties, string_to_
 from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import PutMessageStatus
 
-from .processors.send import batch_messages, status_code
+from .processors.send import batch_messages, batch_properties, status_code
 
 if TYPE_CHECKING:
     from gateway.remoting.protocol import RemotingProtocol
@@ -94,13 +94,20 @@ class SendLane:
             trace_on=region_ext["TRACE_ON"].encode(),
             json_pieces=json_pieces(region_ext),
             batch=self.batch,
+            batch_properties=self.batch_properties,
             mapped_file_size=commit_log.queue.mapped_file_size,
             version=SERVER_VERSION,
         )
 
+    def batch_properties(self, properties: str | None) -> str:
+        """What each message of a batch with these header properties stores after its own (the lane parses ASCII
+        batches itself)."""
+        return batch_properties(string_to_properties(properties), self._broker.config.brokerClusterName)
+
     def batch(self, properties: str | None, body: bytes) -> list[tuple[int, bytes, str, int]] | None:
         """A batch's messages as the processor stores them (flag, body, properties, tags code); None for a body the
-        processor refuses (not a batch, or empty)."""
+        processor refuses (not a batch, or empty). The lane asks for them where its own parse leaves the batch to
+        Python (text that is not ASCII)."""
         try:
             return batch_messages(string_to_properties(properties), self._broker.config.brokerClusterName, body) or None
         except RecordError:

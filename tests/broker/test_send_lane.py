@@ -58,11 +58,15 @@ def v1(topic, props, body=b"hello", queue_id=0, stype=SerializeType.JSON) -> Rem
     return RemotingCommand.request(RequestCode.SEND_MESSAGE, ext, body, language="CPP", serialize_type=stype)
 
 
-def batch(topic, props, entries, queue_id=0, stype=SerializeType.JSON) -> RemotingCommand:
-    """SEND_BATCH_MESSAGE as the Java client sends it: V2's header with batch=true, (flag, body, properties) each."""
+def batch(topic, props, entries, queue_id=0, stype=SerializeType.JSON, body=None) -> RemotingCommand:
+    """SEND_BATCH_MESSAGE as the Java client sends it: V2's header with batch=true, (flag, body, properties) each
+    (or ``body`` as it is)."""
     ext = header(topic, props, queue_id, batch=True).encode_v2()
-    body = encode_batch(entries)
+    body = encode_batch(entries) if body is None else body
     return RemotingCommand.request(RequestCode.SEND_BATCH_MESSAGE, ext, body, language="JAVA", serialize_type=stype)
+
+
+GOOD_ENTRY = encode_batch([(0, b"ok", "TAGS\x01t")])
 
 
 def plain(key: str, **more: str) -> dict[str, str]:
@@ -99,6 +103,29 @@ REQUESTS = [
     (batch("Lane", None, []), False),  # empty: the processor's MESSAGE_ILLEGAL
     (batch("Lane", None, [(0, b"x" * (3 * 1024 * 1024), ""), (0, b"y" * (2 * 1024 * 1024), "")]), False),  # too big
     (batch("Lane", {"DELAY": "2"}, [(0, b"d", "")]), False),
+    # Properties not ASCII: the lane takes the messages Python makes; then malformed ones, parsed in C, with Java's
+    # map's TAGS: the last with a value, whatever segments surround it.
+    (batch("Lane", None, [(1, b"u", "TAGS\x01\u00fcmlaut\x02KEYS\x01\u30ad\u30fc"), (2, b"v", "")], 3), True),
+    (
+        batch(
+            "Lane",
+            {"KEYS": "outer"},
+            [
+                (0, b"m", "TAGS\x01x\x02junk\x02TAGS\x01\x02\x01v\x02TAGS\x01last\x02"),
+                (0, b"n", "TAGS\x01y\x02TAGS\x01"),
+            ],
+            3,
+        ),
+        True,
+    ),
+    # Bodies that are not batches, which the processor refuses: truncated, lengths past the end or negative, a total
+    # that does not add up, bytes after the last message, properties that are not UTF-8.
+    (batch("Lane", None, [], body=GOOD_ENTRY[:10]), False),
+    (batch("Lane", None, [], body=GOOD_ENTRY[:16] + b"\x00\x00\x01\x00" + GOOD_ENTRY[20:]), False),
+    (batch("Lane", None, [], body=GOOD_ENTRY[:22] + b"\xff\xff" + GOOD_ENTRY[24:]), False),
+    (batch("Lane", None, [], body=b"\x00\x00\x00\x01" + GOOD_ENTRY[4:]), False),
+    (batch("Lane", None, [], body=GOOD_ENTRY + b"\x00" * 5), False),
+    (batch("Lane", None, [(0, b"x", "")], body=GOOD_ENTRY[:-1] + b"\xff"), False),
 ]
 
 
@@ -213,7 +240,7 @@ async def test_lane_answers_and_stores_what_the_processor_does(
         # One by one, every frame but a batch's is read in place; sent at once, those read with the first (which the
         # lane leaves) are decoded first, and taken from their commands, in order.
         batches = sum(1 for r, in_lane in REQUESTS if in_lane and r.code == RequestCode.SEND_BATCH_MESSAGE)
-        assert lane.batches == batches == 2
+        assert lane.batches == batches == 4
         assert lane.in_place == lane.taken - batches if not pipelined else lane.in_place < lane.taken - batches
         assert_same_answers(brokers, [r for r, _ in REQUESTS], answers)
         assert records(with_lane) == records(without)
@@ -221,7 +248,7 @@ async def test_lane_answers_and_stores_what_the_processor_does(
             assert consume_queue(with_lane, "Lane", queue_id) == consume_queue(without, "Lane", queue_id)
         tables = [{k: v for k, v in b.controller.store.commit_log.topic_queue_table.items()} for b in brokers]
         assert tables[0] == tables[1] and tables[0][("Lane", 0)] == 8 and tables[0][("Lane", 1)] == 2
-        for key in ("k1", "ключ", "鍵", "U6"):
+        for key in ("k1", "ключ", "鍵", "U6", "キー"):
             found = [len(b.controller.store.query_message("Lane", key, 10, 0, 2**62).buffers) for b in brokers]
             assert found[0] == found[1] == 1, key
         if "metricsExporterType" in settings:  # the lane's sends counted as the processor's are

@@ -93,12 +93,17 @@ _STATUS_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+def batch_properties(batch_props: dict[str, str], cluster: str) -> str:
+    """What each message of a SEND_BATCH_MESSAGE stores after its own properties: the batch's (its header's, through
+    Java's map), with CLUSTER."""
+    return properties_to_string({**batch_props, MessageConst.CLUSTER: cluster})
+
+
 def batch_messages(batch_props: dict[str, str], cluster: str, body: bytes) -> list[tuple[int, bytes, str, int]]:
     """A SEND_BATCH_MESSAGE's messages as they are stored: (flag, body, properties, tags code) each. Each keeps its
-    own properties followed by the batch's (its header's, through Java's map, with CLUSTER); its tags code is its own
-    TAGS'. Raises RecordError for a body that is not a batch."""
-    batch_props = {**batch_props, MessageConst.CLUSTER: cluster}
-    batch_str = properties_to_string(batch_props)
+    own properties followed by :func:`batch_properties`; its tags code is its own TAGS'. Raises RecordError for a
+    body that is not a batch."""
+    batch_str = batch_properties(batch_props, cluster)
     out = []
     for flag, mbody, inner in decode_batch(body):
         props = inner + PROPERTY_SEPARATOR + batch_str if inner and batch_str else inner or batch_str
