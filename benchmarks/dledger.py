@@ -38,7 +38,7 @@ from typing import Any
 
 from compat_tests.apache_broker import CLASSPATH, CLASSPATH_ENV, LOGBACK
 from compat_tests.apache_dledger import leader_seen
-from compat_tests.servers import call, free_broker_port, free_port
+from compat_tests.servers import call, free_port
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -116,7 +116,7 @@ def our_group(args: argparse.Namespace, root: Path, tree: Path | None = None) ->
     group = RunningGroup("ours" if tree is None else "before", f"127.0.0.1:{ns_port}", [], [namesrv])
     try:
         for i, dledger_addr in enumerate(dledger):
-            port = free_broker_port()
+            port = free_port()
             lines = {
                 **dledger_lines(f"n{i}", peers),
                 "brokerIP1": "127.0.0.1",

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from compat_tests.apache_broker import BROKER_STARTUP, NAMESRV_STARTUP, OPENS, apache_java_argv
-from compat_tests.servers import GatewayServers, free_broker_port, free_port, jdk_tool
+from compat_tests.servers import GatewayServers, free_port, jdk_tool
 
 from . import rss, scale_out, throughput
 from .rss import Pair
@@ -117,7 +117,7 @@ def start_apache_broker(
     """Apache's BrokerStartup from ``home``, registering with ``namesrv``: a master of ``broker-a`` unless
     ``broker_lines`` say otherwise; its store and logs under ``root`` (``root/{name}`` for a name other than
     ``broker``), its config and output as ``root/{name}.conf`` and ``.out``. Returns the process and its address."""
-    port = free_broker_port()
+    port = free_port()
     user_home = root if name == "broker" else root / name
     user_home.mkdir(parents=True, exist_ok=True)
     store = user_home / "store"

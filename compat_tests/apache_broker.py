@@ -15,7 +15,7 @@ from gateway.remoting.codes import RequestCode
 from gateway.remoting.command import RemotingCommand
 from tests.ha.procs import Proc, until, write_properties
 
-from .servers import call, free_broker_port, free_port, jdk_tool
+from .servers import call, free_port, jdk_tool
 
 CLASSPATH_ENV = "ROCKETMQ_BROKER_CLASSPATH"
 CLASSPATH = os.environ.get(CLASSPATH_ENV, "").strip()
@@ -102,7 +102,7 @@ def apache_broker(root: Path, namesrv_addr: str, settings: dict[str, str] | None
     over its own, registering with the NameServer at ``namesrv_addr`` (Apache's or ours); its address once it
     registered there. Leaving stops it (SIGTERM: it writes its config files as it shuts down)."""
     home = root / "home"
-    broker_port = free_broker_port()
+    broker_port = free_port()
     broker_conf = write_properties(
         root / "broker.conf",
         {

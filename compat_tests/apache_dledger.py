@@ -22,7 +22,7 @@ from gateway.remoting.command import RemotingCommand
 from tests.faults import FaultProxy, Faults, Process, write_properties
 
 from .apache_broker import apache_broker_argv
-from .servers import call, free_broker_port, free_port
+from .servers import call, free_port
 
 GROUP = "RaftNode00"
 BROKER_NAME = "RaftNode00"  # Apache's docs name the broker as the group (conf/dledger/broker-n0.conf)
@@ -91,8 +91,7 @@ class ApacheDLedgerGroup:
         self.root, self.namesrv, self.faults, self.group = root, namesrv, faults, group
         self.settings = {**SMALL_STORE, **(settings or {})}
         self.members = [
-            Member(f"n{i}", f"127.0.0.1:{free_broker_port()}", f"127.0.0.1:{free_port()}", root / f"n{i}")
-            for i in range(size)
+            Member(f"n{i}", f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}", root / f"n{i}") for i in range(size)
         ]
         self.by_id = {m.self_id: m for m in self.members}
         if proxied:

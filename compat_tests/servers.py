@@ -71,35 +71,21 @@ _PORTS = _ports_of_this_worker()
 _next_port = _PORTS.start + random.randrange(len(_PORTS))
 
 
-def _free_port_run(n: int) -> int:
-    """The first of ``n`` consecutive loopback ports, all free right now, from this worker's share (see
-    ``_ports_of_this_worker``); each later call hands out ports after these, wrapping round the share."""
-    global _next_port
-    for _ in range(len(_PORTS)):
-        first = _next_port
-        if first + n > _PORTS.stop:
-            first = _PORTS.start
-        _next_port = first + n
-        if all(_bindable(p) for p in range(first, first + n)):
-            return first
-    raise OSError(f"no {n} consecutive free ports in {_PORTS.start}-{_PORTS.stop - 1}")
-
-
 def free_port() -> int:
-    """A loopback port free right now, never handed out before by this process while its share lasts (for a child
-    process's config file, which cannot say "any port", and for a server restarted on the port it had)."""
-    return _free_port_run(1)
-
-
-def free_broker_port(avoid: frozenset[int] | set[int] = frozenset()) -> int:
-    """A free port for a broker's ``listenPort`` whose neighbours are free too: a broker (ours as Apache's) also
-    listens on port - 2 (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. ``avoid``:
-    ports already given to processes that may not have bound them yet (a NameServer still starting)."""
-    for _ in range(100):
-        port = _free_port_run(4) + 2
-        if avoid.isdisjoint((port - 2, port - 1, port, port + 1)):
-            return port
-    raise OSError("no free port with free neighbours")
+    """A loopback port free right now, with its neighbours: a broker (ours as Apache's) also listens on port - 2
+    (its VIP channel) and port + 1 (HA), and Apache's exits when either is taken. Ports come from this process's
+    share (see ``_ports_of_this_worker``), four at a time, each later call after the last, wrapping round the share:
+    so none is handed out twice while the share lasts (for a child process's config file, which cannot say "any
+    port", and for a server restarted on the port it had), and no two are neighbours."""
+    global _next_port
+    for _ in range(len(_PORTS) // 4):
+        first = _next_port
+        if first + 4 > _PORTS.stop:
+            first = _PORTS.start
+        _next_port = first + 4
+        if all(_bindable(p) for p in (first, first + 2, first + 3)):
+            return first + 2
+    raise OSError(f"no free port with free neighbours in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def _bindable(port: int) -> bool:

@@ -28,7 +28,7 @@ from tests.ha.test_chaos_4x import QUEUES, TOPIC, Pair
 from tests.ha.test_slave_sync_refused_names import FILES
 
 from .apache_broker import apache_cluster
-from .servers import call, free_broker_port
+from .servers import call, free_port
 
 pytestmark = pytest.mark.compat
 MESSAGES = 400
@@ -59,7 +59,7 @@ def test_our_slave_follows_an_apache_master_holding_names_we_refuse(tmp_path: Pa
     slave_store = tmp_path / "slave"
     slave_log = tmp_path / "slave.log"
     with apache_cluster(tmp_path) as (namesrv, master):
-        slave_addr = f"127.0.0.1:{free_broker_port()}"
+        slave_addr = f"127.0.0.1:{free_port()}"
         conf = write_properties(
             tmp_path / "slave.conf",
             {

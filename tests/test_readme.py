@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.sdk5 import sdk5_python
-from compat_tests.servers import GatewayServers, free_broker_port, free_port
+from compat_tests.servers import GatewayServers, free_port
 from gateway.client import blocking
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_gateway_moved_off_the_default_ports_listens_on_loopback(tmp_path: Path)
     documented_broker = int(re.search(r"listenPort=(\d+)", printf).group(1))
     assert f"Clients then use `127.0.0.1:{documented_namesrv}`" in README
     # The same commands on ports free here.
-    namesrv_port, broker_port = free_port(), free_broker_port()
+    namesrv_port, broker_port = free_port(), free_port()
     printf = printf.replace(f"={documented_broker}", f"={broker_port}")
     subprocess.run(["bash", "-c", printf], cwd=tmp_path, check=True)
     proc = popen(python(shlex.split(command.replace(str(documented_namesrv), str(namesrv_port)))), tmp_path)
@@ -147,7 +147,7 @@ def test_gateway_moved_off_the_default_ports_listens_on_loopback(tmp_path: Path)
 
 def test_separate_servers_listen_on_every_interface(tmp_path: Path) -> None:
     assert "Run this way they listen on every interface (`bindAddress=0.0.0.0`), as Apache's do" in README
-    namesrv_port, broker_port = free_port(), free_broker_port()
+    namesrv_port, broker_port = free_port(), free_port()
     (tmp_path / "namesrv.properties").write_text(f"listenPort={namesrv_port}\n")
     (tmp_path / "broker.conf").write_text(f"listenPort={broker_port}\nstorePathRootDir={tmp_path / 'store'}\n")
     namesrv = popen(python(["python3", "-m", "gateway.namesrv", "-c", "namesrv.properties"]), tmp_path)
@@ -244,7 +244,7 @@ def test_dledger_group_as_documented_elects_a_master_and_two_slaves(tmp_path: Pa
     # The same files on ports free here.
     namesrv_port = free_port()
     for documented in ("30911", "31911", "32911"):
-        files = files.replace(documented, str(free_broker_port()))
+        files = files.replace(documented, str(free_port()))
     for documented in ("40911", "40912", "40913"):
         files = files.replace(documented, str(free_port()))
     subprocess.run(["bash", "-c", files.replace("9876", str(namesrv_port))], cwd=tmp_path, check=True)

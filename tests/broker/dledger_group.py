@@ -12,7 +12,7 @@ import struct
 from collections.abc import Collection
 from pathlib import Path
 
-from compat_tests.servers import call, free_broker_port, free_port
+from compat_tests.servers import call, free_port
 from gateway.dledger.elector import VOTE_WAIT_MS
 from gateway.dledger.entry import INDEX_UNIT_SIZE
 from gateway.remoting import fastjson
@@ -79,9 +79,6 @@ class Group:
         self.namesrv = f"127.0.0.1:{port}"
         ids = ["n0", "n1", "n2"]
         self.peers = {i: f"127.0.0.1:{free_port()}" for i in ids}
-        # Ports given out but maybe not bound yet (a NameServer still starting under load): no broker's VIP or HA
-        # port may land on one.
-        given = {port} | {int(addr.rsplit(":", 1)[1]) for addr in self.peers.values()}
         if self.proxied:
             self.outbound = {i: {j: FaultProxy(self.peers[j]).start() for j in ids if j != i} for i in ids}
         for i in ids:
@@ -89,9 +86,8 @@ class Group:
                 f"{j}-{self.outbound[i][j].address if j in self.outbound.get(i, {}) else addr}"
                 for j, addr in self.peers.items()
             )
-            port = free_broker_port(given)
+            port = free_port()
             self.metrics[i] = free_port()
-            given |= {port - 2, port, port + 1, self.metrics[i]}
             props = {
                 "brokerClusterName": "DefaultCluster",
                 "brokerName": GROUP,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from compat_tests.servers import free_broker_port
+from compat_tests.servers import free_port
 from gateway.remoting.codes import ResponseCode
 from tests.broker.dledger_group import COMMITLOG_SIZE, QUEUES, TOPIC, Group, create_topic, send, settled_route
 from tests.ha.procs import Proc, bodies, until, write_properties
@@ -19,7 +19,7 @@ from tests.ha.procs import Proc, bodies, until, write_properties
 def _master_slave_store(root: Path) -> set[bytes]:
     """A master's store under ``root`` with a few messages in each queue; returns their bodies."""
     root.mkdir()
-    port = free_broker_port()
+    port = free_port()
     props = {
         "brokerName": "broker-a",
         "brokerIP1": "127.0.0.1",

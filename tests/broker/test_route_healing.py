@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from twisted.internet.task import Clock
 
-from compat_tests.servers import call, free_broker_port, free_port
+from compat_tests.servers import call, free_port
 from gateway.broker.config import BrokerConfig, load_broker_config
 from gateway.broker.managers import TopicConfigManager
 from gateway.broker.registration import CHANGE_DELAY, BrokerRegistration
@@ -66,7 +66,7 @@ class Servers:
         return addr
 
     def start_broker(self, namesrv: str, **conf: str) -> str:
-        port = free_broker_port()
+        port = free_port()
         props = {
             "brokerClusterName": "DefaultCluster",
             "brokerName": BROKER_NAME,

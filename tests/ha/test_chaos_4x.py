@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks.ha_pair import commitlog_digest, max_offset
 from compat_tests.apache_broker import apache_broker_argv
-from compat_tests.servers import call, create_topic_request, free_broker_port, free_port
+from compat_tests.servers import call, create_topic_request, free_port
 from gateway.config import parse_properties
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
@@ -98,7 +98,7 @@ class Pair:
         until(routed, 30, f"route of {topic}")
 
     def _broker(self, name: str, props: dict[str, str]) -> str:
-        port = free_broker_port()
+        port = free_port()
         store = self.root / name
         props = {**props, "listenPort": str(port), "storePathRootDir": str(store)}
         if name == self.apache:  # 4.9.8 puts its commitlog under user.home unless told

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.servers import call, create_topic_request, free_broker_port, free_port
+from compat_tests.servers import call, create_topic_request, free_port
 from gateway.remoting import fastjson
 from gateway.remoting.codes import RequestCode, ResponseCode
 from gateway.remoting.command import RemotingCommand
@@ -73,7 +73,7 @@ class Cluster:
         self.controller_addrs = list(self.controllers) or [self.namesrv]
         self.brokers: dict[str, Proc] = {}
         for name in ("a", "b"):
-            port = free_broker_port()
+            port = free_port()
             conf = write_properties(
                 root / f"broker-{name}.conf",
                 {

@@ -22,7 +22,7 @@ from pyspark.sql import Row
 from pyspark.sql.types import BinaryType, IntegerType, MapType, StringType, StructField, StructType
 
 from compat_tests.secure_servers import APP, acl_servers, pki, tls_context, tls_servers  # noqa: F401
-from compat_tests.servers import GatewayServers, call, create_topic_request, free_broker_port, free_port
+from compat_tests.servers import GatewayServers, call, create_topic_request, free_port
 from gateway.remoting.bodies import MessageQueue
 from gateway.remoting.message import java_string_hash
 from gateway.tls import certs
@@ -299,7 +299,7 @@ def two_brokers(tmp_path: Path) -> Iterator[tuple[str, dict[str, tuple[Proc, str
     brokers: dict[str, tuple[Proc, str]] = {}
     try:
         for name in ("broker-a", "broker-b"):
-            port = free_broker_port()
+            port = free_port()
             conf = {
                 "brokerClusterName": "DefaultCluster", "brokerName": name, "brokerIP1": "127.0.0.1",
                 "bindAddress": "127.0.0.1", "listenPort": str(port), "namesrvAddr": namesrv,

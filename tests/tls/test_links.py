@@ -10,7 +10,7 @@ import pytest_twisted
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
-from compat_tests.servers import free_broker_port
+from compat_tests.servers import free_port
 from gateway.__main__ import GatewayService
 from gateway.broker.config import load_broker_config
 from gateway.broker.controller import BrokerController
@@ -43,8 +43,8 @@ async def gateway(tmp_path: Path, pki: Pki) -> AsyncIterator[TlsGateway]:
             "bindAddress": "127.0.0.1",
             "brokerIP1": "127.0.0.1",
             "brokerName": "broker-tls",
-            # Its VIP channel listens on listenPort - 2: an ephemeral listenPort can have that neighbour taken.
-            "listenPort": str(free_broker_port()),
+            # Its VIP channel listens on listenPort - 2: free_port keeps it free.
+            "listenPort": str(free_port()),
             "storePathRootDir": str(tmp_path / "store"),
         },
     )
