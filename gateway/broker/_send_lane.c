@@ -22,8 +22,8 @@
     X(code) X(flag) X(opaque) X(ext_fields) X(body) X(serialize_type) X(startAcceptSendRequestTimeStamp)            \
     X(brokerPermission) X(put_refused) X(put_waiter) X(table) X(perm) X(write_queue_nums) X(read_queue_nums)         \
     X(topic_filter_type) X(topic_queue_table) X(_topic_bytes) X(maxMessageSize) X(files) X(wrote_where)             \
-    X(end_offset) X(file_from_offset) X(file_size) X(mm) X(_warm_at) X(_warm) X(tail) X(dispatcher) X(_writable)     \
-    X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host) X(buckets) X(entry) X(admit)
+    X(end_offset) X(file_from_offset) X(file_size) X(mm) X(_warm_at) X(_warm) X(tail) X(dispatcher) X(_writable)            \
+    X(dispatch_run) X(attributes) X(born_host) X(hooks) X(rpc_latency) X(store_host) X(buckets) X(entry) X(admit)
 #define DECLARE(n) static PyObject *S_##n;
 NAMES(DECLARE)
 static PyObject *MultiTag; /* "MULTI_TAG" */
@@ -938,6 +938,56 @@ python_batch(Lane *self, Send *s, BatchEntry **entries, Py_ssize_t *n_out, PyObj
     return 1;
 }
 
+/* A batch's records dispatched: by the store's Dispatcher.dispatch_run in one call, or one call a record where the
+ * dispatcher has no such method (the Python one). 0, or -1 with an exception set. */
+static int
+dispatch_batch(Lane *self, PyObject *topic, PyObject *queue_id, BatchEntry *entries, long long *phys, long long *sizes,
+               Py_ssize_t n, long long first_offset, PyObject *ts_obj, int32_t sys_flag)
+{
+    int ok = -1;
+    PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher), *run = NULL, *units = NULL, *props = NULL;
+    if (dispatcher == NULL)
+        return -1;
+    if ((run = PyObject_GetAttr(dispatcher, S_dispatch_run)) == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            goto out;
+        PyErr_Clear();
+        ok = 0;
+        for (Py_ssize_t i = 0; i < n && ok == 0; i++) {
+            PyObject *tags = PyLong_FromLong(entries[i].tags);
+            ok = tags == NULL ? -1
+                              : dispatch_record(dispatcher, topic, queue_id, phys[i], sizes[i], tags, first_offset + i,
+                                                ts_obj, sys_flag, entries[i].props);
+            Py_XDECREF(tags);
+        }
+        goto out;
+    }
+    if ((units = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t))) == NULL ||
+        (props = PyList_New(n)) == NULL)
+        goto out;
+    char *u = PyBytes_AS_STRING(units);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t rec[3] = {phys[i], sizes[i], entries[i].tags};
+        memcpy(u + i * sizeof(rec), rec, sizeof(rec));
+        PyList_SET_ITEM(props, i, Py_NewRef(entries[i].props));
+    }
+    PyObject *first = PyLong_FromLongLong(first_offset), *flag = PyLong_FromLong(sys_flag);
+    if (first != NULL && flag != NULL) {
+        PyObject *a[7] = {topic, queue_id, first, ts_obj, flag, units, props};
+        PyObject *r = PyObject_Vectorcall(run, a, 7, NULL);
+        ok = r == NULL ? -1 : 0;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(first);
+    Py_XDECREF(flag);
+out:
+    Py_XDECREF(units);
+    Py_XDECREF(props);
+    Py_XDECREF(run);
+    Py_DECREF(dispatcher);
+    return ok;
+}
+
 /* A SEND_BATCH_MESSAGE whose checks serve() has done: its messages as SendMessageProcessor._send_batch makes them
  * (parse_batch, or send_lane.py's batch() for text that is not ASCII), written contiguously as
  * CommitLog.put_messages writes them (one store time, consecutive queue offsets), dispatched, counted and answered
@@ -1047,19 +1097,9 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     Py_DECREF(qoff);
     if (ok < 0)
         goto done;
-    PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher);
-    if (dispatcher == NULL)
-        goto done;
-    ok = 0;
-    for (Py_ssize_t i = 0; i < n && ok == 0; i++) {
-        PyObject *tags = PyLong_FromLong(entries[i].tags);
-        ok = tags == NULL ? -1
-                          : dispatch_record(dispatcher, s->topic, PyTuple_GET_ITEM(key, 1), phys[i], sizes[i], tags,
-                                            first_offset + i, ts_obj, sys_flag, entries[i].props);
-        Py_XDECREF(tags);
-    }
-    Py_DECREF(dispatcher);
-    if (ok < 0 || count_put(self, s->topic, n, total) < 0)
+    if (dispatch_batch(self, s->topic, PyTuple_GET_ITEM(key, 1), entries, phys, sizes, n, first_offset, ts_obj,
+                       sys_flag) < 0 ||
+        count_put(self, s->topic, n, total) < 0)
         goto done;
     if ((ids = PyMem_Malloc(n * (MSG_ID_MAX + 1))) == NULL) {
         PyErr_NoMemory();

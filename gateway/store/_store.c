@@ -440,113 +440,6 @@ last_of(PyObject *o, int a)
     return last;
 }
 
-/* IndexService.build_index when the message's keys fit in the current file: 1 done, 0 for the Python method,
- * -1 with an exception set. */
-static int
-index_fast(PyObject *service, PyObject *topic, PyObject *props, PyObject *phy_obj, long long phy, long long stamp)
-{
-    PyObject *f = last_of(service, A_FILES);
-    if (f == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    int done = -1;
-    long long slots, index_num, h[6], was[6];
-    PyObject *mapped = NULL, *mm = NULL;
-    int got = int_attr(f, A_HASH_SLOT_NUM, &slots);
-    if (got > 0)
-        got = int_attr(f, A_INDEX_NUM, &index_num);
-    for (int i = 0; i < 6 && got > 0; i++)
-        got = int_attr(f, A_BEGIN_TS + i, &h[i]);
-    if (got <= 0) {
-        done = got;
-        goto out;
-    }
-    if ((mapped = PyObject_GetAttr(f, attr[A_MAPPED_FILE])) == NULL || (mm = PyObject_GetAttr(mapped, attr[A_MM])) == NULL)
-        goto out;
-    memcpy(was, h, sizeof(h));
-    if ((done = index_into(mm, slots, index_num, h, topic, props, phy, stamp)) <= 0)
-        goto out;
-    /* IndexFile.put_message sets the whole header; the fields left as they were already hold their values. */
-    for (int i = 0; i < 6; i++) {
-        if (h[i] == was[i])
-            continue;
-        PyObject *v = PyLong_FromLongLong(h[i]);
-        int err = v == NULL ? -1 : PyObject_SetAttr(f, attr[A_BEGIN_TS + i], v);
-        Py_XDECREF(v);
-        if (err < 0) {
-            done = -1;
-            goto out;
-        }
-    }
-    if (PyObject_SetAttr(f, attr[A_DIRTY], Py_True) < 0 || PyObject_SetAttr(service, attr[A_LAST_INDEXED], phy_obj) < 0)
-        done = -1;
-out:
-    Py_XDECREF(mm);
-    Py_XDECREF(mapped);
-    Py_DECREF(f);
-    return done;
-}
-
-/* ConsumeQueue.put_message_position_info for the queue's next unit in its current file: 1 written, 0 for the
- * Python method, -1 with an exception set. */
-static int
-unit_fast(PyObject *cq, long long offset, long long size, long long tags, long long cq_offset)
-{
-    long long max_physic, wrote, from, file_size;
-    int got = int_attr(cq, A_MAX_PHYSIC, &max_physic);
-    if (got <= 0)
-        return got;
-    if (offset + size <= max_physic)
-        return 1; /* the queue already indexes it: the Python method does nothing either */
-    PyObject *q = PyObject_GetAttr(cq, attr[A_QUEUE]);
-    if (q == NULL)
-        return -1;
-    int done = -1;
-    PyObject *f = NULL, *mm = NULL;
-    long long expect = cq_offset * CQ_UNIT_SIZE;
-    if ((got = int_attr(q, A_WROTE_WHERE, &wrote)) <= 0 || expect != wrote) {
-        done = got < 0 ? -1 : 0; /* a gap or a unit written already: the Python method says so */
-        goto out;
-    }
-    if ((f = last_of(q, A_FILES)) == NULL) {
-        done = PyErr_Occurred() ? -1 : 0;
-        goto out;
-    }
-    if ((got = int_attr(f, A_FILE_FROM, &from)) <= 0 || (got = int_attr(f, A_FILE_SIZE, &file_size)) <= 0 ||
-        expect < from || expect - from > file_size - CQ_UNIT_SIZE) {
-        done = got < 0 ? -1 : 0; /* a unit in the next file: the Python method makes it */
-        goto out;
-    }
-    if ((mm = PyObject_GetAttr(f, attr[A_MM])) == NULL)
-        goto out;
-    Py_buffer view;
-    if (PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0)
-        goto out;
-    if (expect - from > view.len - CQ_UNIT_SIZE) {
-        PyBuffer_Release(&view);
-        done = 0;
-        goto out;
-    }
-    unsigned char *u = (unsigned char *)view.buf + (expect - from);
-    put64(u, offset);
-    put32(u + 8, size);
-    put64(u + 12, tags);
-    PyBuffer_Release(&view);
-    PyObject *v = PyLong_FromLongLong(expect + CQ_UNIT_SIZE);
-    int err = v == NULL ? -1 : PyObject_SetAttr(q, attr[A_WROTE_WHERE], v);
-    Py_XDECREF(v);
-    if (err == 0) {
-        v = PyLong_FromLongLong(offset + size);
-        err = v == NULL ? -1 : PyObject_SetAttr(cq, attr[A_MAX_PHYSIC], v);
-        Py_XDECREF(v);
-    }
-    done = err < 0 ? -1 : 1;
-out:
-    Py_XDECREF(mm);
-    Py_XDECREF(f);
-    Py_DECREF(q);
-    return done;
-}
-
 typedef struct {
     PyObject_HEAD
     PyObject *store;
@@ -554,25 +447,159 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Dispatcher;
 
-enum { D_TOPIC, D_QUEUE, D_OFFSET, D_SIZE, D_TAGS, D_CQ_OFFSET, D_STORE_TS, D_SYS_FLAG, D_PROPS, D_NARGS };
+/* One record to dispatch: its commitlog offset, size, tags code and consume-queue offset, with the ints the Python
+ * methods and the listener are called with (made when first needed), and its properties (borrowed). */
+enum { R_PHY, R_SIZE, R_TAGS, R_CQ, R_N };
+typedef struct {
+    long long v[R_N];
+    PyObject *o[R_N];
+    PyObject *props;
+} Rec;
 
-/* The nine arguments as the commitlog passes them (str, seven ints in their fields' ranges, str) into v; 0 when
- * they are anything else. */
-static int
-dispatch_args(PyObject *const *args, long long v[D_NARGS])
+static PyObject *
+rec_int(Rec *r, int i)
 {
-    if (!PyUnicode_CheckExact(args[D_TOPIC]) || !PyUnicode_CheckExact(args[D_PROPS]))
-        return 0;
-    for (int i = D_QUEUE; i <= D_SYS_FLAG; i++) {
-        int overflow;
-        if (!PyLong_CheckExact(args[i]))
-            return 0;
-        v[i] = PyLong_AsLongLongAndOverflow(args[i], &overflow);
-        if (overflow)
-            return 0;
+    if (r->o[i] == NULL)
+        r->o[i] = PyLong_FromLongLong(r->v[i]);
+    return r->o[i];
+}
+
+/* setattr(o, attr[a], int v): 0, or -1 with an exception set. */
+static int
+set_int_attr(PyObject *o, int a, long long v)
+{
+    PyObject *x = PyLong_FromLongLong(v);
+    int err = x == NULL ? -1 : PyObject_SetAttr(o, attr[a], x);
+    Py_XDECREF(x);
+    return err;
+}
+
+/* IndexService.build_index for each record: those whose keys fit in the current file written here (its header and
+ * the service's last indexed offset set once), the rest by the Python method. 0, or -1 with an exception set. */
+static int
+index_records(PyObject *service, PyObject *topic, Rec *recs, Py_ssize_t n, PyObject *stamp_obj, long long stamp,
+              PyObject *sys_flag_obj, long long sys_flag)
+{
+    long long last, slots, index_num, h[6], was[6];
+    PyObject *f = NULL, *mapped = NULL, *mm = NULL;
+    Py_ssize_t i = 0, last_done = -1;
+    int result = -1, got = int_attr(service, A_LAST_INDEXED, &last);
+    if (got < 0)
+        return -1;
+    if (got > 0 && (sys_flag & TRAN_MASK) == TRANSACTION_ROLLBACK_TYPE)
+        return 0; /* build_index skips a rollback */
+    if (got > 0 && (f = last_of(service, A_FILES)) == NULL && PyErr_Occurred())
+        return -1;
+    if (f != NULL) {
+        got = int_attr(f, A_HASH_SLOT_NUM, &slots);
+        if (got > 0)
+            got = int_attr(f, A_INDEX_NUM, &index_num);
+        for (int k = 0; k < 6 && got > 0; k++)
+            got = int_attr(f, A_BEGIN_TS + k, &h[k]);
+        if (got < 0 || (got > 0 && ((mapped = PyObject_GetAttr(f, attr[A_MAPPED_FILE])) == NULL ||
+                                    (mm = PyObject_GetAttr(mapped, attr[A_MM])) == NULL)))
+            goto out;
+        memcpy(was, h, sizeof(h));
+        for (; got > 0 && i < n; i++) {
+            if (recs[i].v[R_PHY] <= last)
+                continue; /* already indexed */
+            int done = index_into(mm, slots, index_num, h, topic, recs[i].props, recs[i].v[R_PHY], stamp);
+            if (done < 0)
+                goto out;
+            if (done == 0)
+                break; /* the Python path fills this file and goes on in a new one */
+            last = recs[i].v[R_PHY];
+            last_done = i;
+        }
+        if (last_done >= 0) {
+            /* IndexFile.put_message sets the whole header; the fields left as they were already hold their values. */
+            for (int k = 0; k < 6; k++)
+                if (h[k] != was[k] && set_int_attr(f, A_BEGIN_TS + k, h[k]) < 0)
+                    goto out;
+            PyObject *phy = rec_int(&recs[last_done], R_PHY);
+            if (phy == NULL || PyObject_SetAttr(f, attr[A_DIRTY], Py_True) < 0 ||
+                PyObject_SetAttr(service, attr[A_LAST_INDEXED], phy) < 0)
+                goto out;
+        }
     }
-    return v[D_OFFSET] >= 0 && v[D_OFFSET] <= INT64_MAX - INT32_MAX && v[D_SIZE] >= 0 && v[D_SIZE] <= INT32_MAX &&
-           v[D_CQ_OFFSET] >= 0 && v[D_CQ_OFFSET] <= INT64_MAX / CQ_UNIT_SIZE - 1;
+    for (; i < n; i++) {
+        PyObject *phy = rec_int(&recs[i], R_PHY);
+        if (phy == NULL)
+            goto out;
+        PyObject *call[] = {service, topic, phy, stamp_obj, sys_flag_obj, recs[i].props};
+        PyObject *r = PyObject_VectorcallMethod(attr[A_BUILD_INDEX], call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    }
+    result = 0;
+out:
+    Py_XDECREF(mm);
+    Py_XDECREF(mapped);
+    Py_XDECREF(f);
+    return result;
+}
+
+/* ConsumeQueue.put_message_position_info for each record: the queue's next units in its current file written here
+ * (its write position and max physic offset set once), the rest (a unit that rolls, leaves a gap or was written)
+ * by the Python method. 0, or -1 with an exception set. */
+static int
+unit_records(PyObject *cq, Rec *recs, Py_ssize_t n)
+{
+    long long max_physic, wrote = 0, from, file_size;
+    Py_ssize_t i = 0;
+    int result = -1, wrote_any = 0, got = int_attr(cq, A_MAX_PHYSIC, &max_physic);
+    PyObject *q = NULL, *f = NULL, *mm = NULL;
+    Py_buffer view = {0};
+    if (got < 0)
+        return -1;
+    if (got > 0) {
+        if ((q = PyObject_GetAttr(cq, attr[A_QUEUE])) == NULL || (got = int_attr(q, A_WROTE_WHERE, &wrote)) < 0)
+            goto out;
+        if (got > 0 && (f = last_of(q, A_FILES)) == NULL && PyErr_Occurred())
+            goto out;
+        if (f != NULL && ((got = int_attr(f, A_FILE_FROM, &from)) < 0 ||
+                          (got > 0 && (got = int_attr(f, A_FILE_SIZE, &file_size)) < 0)))
+            goto out;
+        if (f != NULL && got > 0) {
+            if ((mm = PyObject_GetAttr(f, attr[A_MM])) == NULL || PyObject_GetBuffer(mm, &view, PyBUF_WRITABLE) < 0)
+                goto out;
+            for (; i < n; i++) {
+                long long end = recs[i].v[R_PHY] + recs[i].v[R_SIZE], expect = recs[i].v[R_CQ] * CQ_UNIT_SIZE;
+                if (end <= max_physic)
+                    continue; /* the queue already indexes it: the Python method does nothing either */
+                if (expect != wrote || expect < from || expect - from > file_size - CQ_UNIT_SIZE ||
+                    expect - from > view.len - CQ_UNIT_SIZE)
+                    break; /* a gap, a unit written already or one in the next file: the Python method says so */
+                unsigned char *u = (unsigned char *)view.buf + (expect - from);
+                put64(u, recs[i].v[R_PHY]);
+                put32(u + 8, recs[i].v[R_SIZE]);
+                put64(u + 12, recs[i].v[R_TAGS]);
+                wrote = expect + CQ_UNIT_SIZE;
+                max_physic = end;
+                wrote_any = 1;
+            }
+            PyBuffer_Release(&view);
+        }
+        if (wrote_any && (set_int_attr(q, A_WROTE_WHERE, wrote) < 0 || set_int_attr(cq, A_MAX_PHYSIC, max_physic) < 0))
+            goto out;
+    }
+    for (; i < n; i++) {
+        PyObject *call[] = {cq, rec_int(&recs[i], R_PHY), rec_int(&recs[i], R_SIZE), rec_int(&recs[i], R_TAGS),
+                            rec_int(&recs[i], R_CQ)};
+        if (call[1] == NULL || call[2] == NULL || call[3] == NULL || call[4] == NULL)
+            goto out;
+        PyObject *r = PyObject_VectorcallMethod(attr[A_PUT_POSITION], call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (r == NULL)
+            goto out;
+        Py_DECREF(r);
+    }
+    result = 0;
+out:
+    Py_XDECREF(mm);
+    Py_XDECREF(f);
+    Py_XDECREF(q);
+    return result;
 }
 
 /* The listener's Exception to on_listener_error; anything else (KeyboardInterrupt...) goes on up. */
@@ -594,62 +621,43 @@ listener_failed(Dispatcher *d)
     return r == NULL ? -1 : 0;
 }
 
-static PyObject *
-dispatcher_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* DefaultMessageStore._dispatch for records of one topic's queue stored together (one store time, one sys flag):
+ * the index, the consume queue, the logics timestamp, the arriving listener for each. 0, or -1 with an exception. */
+static int
+dispatch_records(Dispatcher *d, PyObject *topic, PyObject *queue, Rec *recs, Py_ssize_t n, PyObject *stamp_obj,
+                 long long stamp, PyObject *sys_flag_obj, long long sys_flag)
 {
-    Dispatcher *d = (Dispatcher *)callable;
     PyObject *store = d->store;
-    long long v[D_NARGS];
-    if (kwnames != NULL || PyVectorcall_NARGS(nargsf) != D_NARGS || !dispatch_args(args, v)) {
-        PyObject *dispatch = PyObject_GetAttr(store, attr[A_DISPATCH]);
-        if (dispatch == NULL)
-            return NULL;
-        PyObject *r = PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
-        Py_DECREF(dispatch);
-        return r;
-    }
     PyObject *config = PyObject_GetAttr(store, attr[A_CONFIG]);
     if (config == NULL)
-        return NULL;
+        return -1;
     PyObject *enabled = PyObject_GetAttr(config, attr[A_INDEX_ENABLE]);
     Py_DECREF(config);
     int index = enabled == NULL ? -1 : PyObject_IsTrue(enabled);
     Py_XDECREF(enabled);
     if (index < 0)
-        return NULL;
+        return -1;
     if (index) {
         PyObject *service = PyObject_GetAttr(store, attr[A_INDEX_SERVICE]);
         if (service == NULL)
-            return NULL;
-        long long last;
-        int done = int_attr(service, A_LAST_INDEXED, &last);
-        if (done > 0 && (v[D_OFFSET] <= last || (v[D_SYS_FLAG] & TRAN_MASK) == TRANSACTION_ROLLBACK_TYPE))
-            done = 1; /* already indexed, or a rollback: build_index skips it */
-        else if (done > 0)
-            done = index_fast(service, args[D_TOPIC], args[D_PROPS], args[D_OFFSET], v[D_OFFSET], v[D_STORE_TS]);
-        if (done == 0) {
-            PyObject *call[] = {service, args[D_TOPIC], args[D_OFFSET], args[D_STORE_TS], args[D_SYS_FLAG],
-                                args[D_PROPS]};
-            PyObject *r = PyObject_VectorcallMethod(attr[A_BUILD_INDEX], call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-            done = r == NULL ? -1 : 1;
-            Py_XDECREF(r);
-        }
+            return -1;
+        int err = index_records(service, topic, recs, n, stamp_obj, stamp, sys_flag_obj, sys_flag);
         Py_DECREF(service);
-        if (done < 0)
-            return NULL;
+        if (err < 0)
+            return -1;
     }
-    int tran = v[D_SYS_FLAG] & TRAN_MASK;
+    int tran = sys_flag & TRAN_MASK;
     if (tran == TRANSACTION_PREPARED_TYPE || tran == TRANSACTION_ROLLBACK_TYPE)
-        Py_RETURN_NONE;
+        return 0;
     PyObject *table = PyObject_GetAttr(store, attr[A_CQ_TABLE]);
     if (table == NULL)
-        return NULL;
+        return -1;
     PyObject *cq = NULL;
     if (PyDict_CheckExact(table)) {
-        PyObject *key = PyTuple_Pack(2, args[D_TOPIC], args[D_QUEUE]);
+        PyObject *key = PyTuple_Pack(2, topic, queue);
         if (key == NULL) {
             Py_DECREF(table);
-            return NULL;
+            return -1;
         }
         cq = Py_XNewRef(PyDict_GetItemWithError(table, key));
         Py_DECREF(key);
@@ -657,39 +665,151 @@ dispatcher_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, 
     Py_DECREF(table);
     if (cq == NULL) {
         if (PyErr_Occurred())
-            return NULL;
-        PyObject *call[] = {store, args[D_TOPIC], args[D_QUEUE]};
+            return -1;
+        PyObject *call[] = {store, topic, queue};
         cq = PyObject_VectorcallMethod(attr[A_FIND_CQ], call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (cq == NULL)
-            return NULL;
+            return -1;
         if (cq == Py_None) {
             Py_DECREF(cq);
-            Py_RETURN_NONE;
+            return 0;
         }
     }
-    int done = unit_fast(cq, v[D_OFFSET], v[D_SIZE], v[D_TAGS], v[D_CQ_OFFSET]);
-    if (done == 0) {
-        PyObject *call[] = {cq, args[D_OFFSET], args[D_SIZE], args[D_TAGS], args[D_CQ_OFFSET]};
-        PyObject *r = PyObject_VectorcallMethod(attr[A_PUT_POSITION], call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        done = r == NULL ? -1 : 1;
-        Py_XDECREF(r);
-    }
+    int err = unit_records(cq, recs, n);
     Py_DECREF(cq);
-    if (done < 0 || PyObject_SetAttr(store, attr[A_LOGICS_TS], args[D_STORE_TS]) < 0)
-        return NULL;
+    if (err < 0 || PyObject_SetAttr(store, attr[A_LOGICS_TS], stamp_obj) < 0)
+        return -1;
     PyObject *listener = PyObject_GetAttr(store, attr[A_LISTENER]);
     if (listener == NULL)
-        return NULL;
-    if (listener != Py_None) {
-        PyObject *call[] = {args[D_TOPIC], args[D_QUEUE], args[D_CQ_OFFSET], args[D_TAGS]};
-        PyObject *r = PyObject_Vectorcall(listener, call, 4, NULL);
-        if (r == NULL && listener_failed(d) < 0) {
+        return -1;
+    for (Py_ssize_t i = 0; i < n && listener != Py_None; i++) {
+        PyObject *call[] = {topic, queue, rec_int(&recs[i], R_CQ), rec_int(&recs[i], R_TAGS)};
+        PyObject *r = call[2] == NULL || call[3] == NULL ? NULL : PyObject_Vectorcall(listener, call, 4, NULL);
+        if (r == NULL && (call[2] == NULL || call[3] == NULL || listener_failed(d) < 0)) {
             Py_DECREF(listener);
-            return NULL;
+            return -1;
         }
         Py_XDECREF(r);
     }
     Py_DECREF(listener);
+    return 0;
+}
+
+static void
+recs_clear(Rec *recs, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int k = 0; k < R_N; k++)
+            Py_CLEAR(recs[i].o[k]);
+}
+
+enum { D_TOPIC, D_QUEUE, D_OFFSET, D_SIZE, D_TAGS, D_CQ_OFFSET, D_STORE_TS, D_SYS_FLAG, D_PROPS, D_NARGS };
+
+/* Whether a record's values are in their fields' ranges (as the commitlog passes them). */
+static int
+rec_in_range(const long long v[R_N])
+{
+    return v[R_PHY] >= 0 && v[R_PHY] <= INT64_MAX - INT32_MAX && v[R_SIZE] >= 0 && v[R_SIZE] <= INT32_MAX &&
+           v[R_CQ] >= 0 && v[R_CQ] <= INT64_MAX / CQ_UNIT_SIZE - 1;
+}
+
+/* The nine arguments as the commitlog passes them (str, seven ints in their fields' ranges, str) into v; 0 when
+ * they are anything else. */
+static int
+dispatch_args(PyObject *const *args, long long v[D_NARGS])
+{
+    if (!PyUnicode_CheckExact(args[D_TOPIC]) || !PyUnicode_CheckExact(args[D_PROPS]))
+        return 0;
+    for (int i = D_QUEUE; i <= D_SYS_FLAG; i++) {
+        int overflow;
+        if (!PyLong_CheckExact(args[i]))
+            return 0;
+        v[i] = PyLong_AsLongLongAndOverflow(args[i], &overflow);
+        if (overflow)
+            return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+dispatcher_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Dispatcher *d = (Dispatcher *)callable;
+    long long v[D_NARGS];
+    Rec rec = {0};
+    if (kwnames == NULL && PyVectorcall_NARGS(nargsf) == D_NARGS && dispatch_args(args, v)) {
+        rec = (Rec){.v = {v[D_OFFSET], v[D_SIZE], v[D_TAGS], v[D_CQ_OFFSET]},
+                    .o = {Py_NewRef(args[D_OFFSET]), Py_NewRef(args[D_SIZE]), Py_NewRef(args[D_TAGS]),
+                          Py_NewRef(args[D_CQ_OFFSET])},
+                    .props = args[D_PROPS]};
+        if (!rec_in_range(rec.v))
+            recs_clear(&rec, 1);
+    }
+    if (rec.o[R_PHY] == NULL) {
+        PyObject *dispatch = PyObject_GetAttr(d->store, attr[A_DISPATCH]);
+        if (dispatch == NULL)
+            return NULL;
+        PyObject *r = PyObject_Vectorcall(dispatch, args, nargsf, kwnames);
+        Py_DECREF(dispatch);
+        return r;
+    }
+    int err = dispatch_records(d, args[D_TOPIC], args[D_QUEUE], &rec, 1, args[D_STORE_TS], v[D_STORE_TS],
+                               args[D_SYS_FLAG], v[D_SYS_FLAG]);
+    recs_clear(&rec, 1);
+    if (err < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* dispatch_run(topic, queue_id, first_cq_offset, store_timestamp, sys_flag, units, properties): what calling the
+ * dispatcher for each record of a batch does (records of one queue at consecutive queue offsets, one store time and
+ * sys flag), with the files' and queue's state read and set once. `units` holds each record's commitlog offset, size
+ * and tags code as three native int64; `properties` each one's properties. */
+static PyObject *
+dispatcher_run(Dispatcher *d, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long first, stamp, sys_flag;
+    if (nargs != 7 || !PyUnicode_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) || !PyBytes_CheckExact(args[5]) ||
+        !PyList_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_run(topic, queue_id, first_cq_offset, store_timestamp, sys_flag, "
+                                         "units: bytes, properties: list)");
+        return NULL;
+    }
+    if ((first = PyLong_AsLongLong(args[2])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((stamp = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+        return NULL;
+    if ((sys_flag = PyLong_AsLongLong(args[4])) == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(args[6]);
+    if (PyBytes_GET_SIZE(args[5]) != n * 3 * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "dispatch_run: three int64 a record in units");
+        return NULL;
+    }
+    Rec *recs = PyMem_Calloc(n ? n : 1, sizeof(Rec));
+    if (recs == NULL)
+        return PyErr_NoMemory();
+    const char *units = PyBytes_AS_STRING(args[5]);
+    int err = 0;
+    for (Py_ssize_t i = 0; i < n && err == 0; i++) {
+        int64_t u[3];
+        memcpy(u, units + i * sizeof(u), sizeof(u));
+        recs[i].v[R_PHY] = u[0];
+        recs[i].v[R_SIZE] = u[1];
+        recs[i].v[R_TAGS] = u[2];
+        recs[i].v[R_CQ] = first + i;
+        recs[i].props = PyList_GET_ITEM(args[6], i);
+        if (!PyUnicode_CheckExact(recs[i].props) || !rec_in_range(recs[i].v)) {
+            PyErr_SetString(PyExc_ValueError, "dispatch_run: a record out of range, or properties not a str");
+            err = -1;
+        }
+    }
+    if (err == 0)
+        err = dispatch_records(d, args[0], args[1], recs, n, args[3], stamp, args[4], sys_flag);
+    recs_clear(recs, n);
+    PyMem_Free(recs);
+    if (err < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -739,6 +859,13 @@ dispatcher_call(PyObject *callable, PyObject *args, PyObject *kwargs)
     return PyVectorcall_Call(callable, args, kwargs);
 }
 
+static PyMethodDef dispatcher_methods[] = {
+    {"dispatch_run", (PyCFunction)(void (*)(void))dispatcher_run, METH_FASTCALL,
+     "dispatch_run(topic, queue_id, first_cq_offset, store_timestamp, sys_flag, units, properties): a batch's "
+     "records dispatched as one call a record would."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject DispatcherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gateway.store._store.Dispatcher",
     .tp_doc = "Dispatcher(store, on_listener_error): the commitlog's dispatcher, DefaultMessageStore._dispatch in C "
@@ -752,6 +879,7 @@ static PyTypeObject DispatcherType = {
     .tp_traverse = (traverseproc)dispatcher_traverse,
     .tp_clear = (inquiry)dispatcher_clear,
     .tp_dealloc = (destructor)dispatcher_dealloc,
+    .tp_methods = dispatcher_methods,
 };
 
 /* FsyncThread(notify_fd): one thread that syncs the files a request names, by path, without the GIL, then writes

@@ -1,12 +1,14 @@
 """The C dispatcher (``c_store.Dispatcher``) against the Python reference (``DefaultMessageStore._dispatch``): the
 same consume queue and index files, the same Python-visible state and the same arrivals for any run of dispatches,
-rolling files, gaps, repeats, transactions, refused topics and arguments it must leave to Python included."""
+rolling files, gaps, repeats, transactions, refused topics and arguments it must leave to Python included; and its
+``dispatch_run`` (a batch's records in one call) against the reference called for each record."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -82,6 +84,25 @@ class Run:
             self.raised.append(type(e).__name__)
         else:
             self.raised.append(None)
+
+    def run(self, calls: list[tuple[Any, ...]], index_enabled: bool) -> None:
+        """A batch's records (one queue, consecutive queue offsets, one store time and sys flag): by dispatch_run in
+        C, by the reference one record at a time in Python."""
+        if self.dispatch == "python":
+            for args in calls:
+                self(args, index_enabled)
+            return
+        self.store.config.messageIndexEnable = index_enabled
+        topic, queue_id, _, _, _, first, stamp, sys_flag, _ = calls[0]
+        units = b"".join(struct.pack("=qqq", phy, size, tags) for _, _, phy, size, tags, *_ in calls)
+        try:
+            self.store.commit_log.dispatcher.dispatch_run(
+                topic, queue_id, first, stamp, sys_flag, units, [args[8] for args in calls]
+            )
+        except Exception as e:
+            self.raised.extend([type(e).__name__] * len(calls))
+        else:
+            self.raised.extend([None] * len(calls))
 
     def files(self) -> tuple[dict[str, bytes], list[bytes]]:
         """The consume queue files by path, the index files' bytes in order (their names are creation times)."""
@@ -201,6 +222,83 @@ def test_a_long_run_rolls_queue_and_index_files_alike(runs: Any) -> None:
     assert (queues, index) == with_python.files()
     assert with_c.state() == with_python.state()
     assert with_c.store.commit_log.dispatcher is not with_c.store._dispatch
+
+
+@st.composite
+def batch_runs(draw: st.DrawFn) -> dict[str, Any]:
+    """A batch as the send lane stores it: records of one queue from where the queue is (or past it, or again)."""
+    return {
+        "topic": draw(st.sampled_from(TOPICS)),
+        "queue_id": draw(st.integers(0, 2)),
+        "start": draw(st.sampled_from(["next"] * 6 + ["gap", "again"])),
+        "sys_flag": draw(st.sampled_from(SYS_FLAGS * 3)),
+        "index_enabled": draw(st.sampled_from([True] * 6 + [False])),
+        "records": draw(
+            st.lists(
+                st.tuples(
+                    st.integers(60, 300),
+                    st.integers(-(2**31), 2**31 - 1),
+                    st.booleans(),
+                    st.lists(KEY_WORDS, max_size=4),
+                ),
+                min_size=1,
+                max_size=20,
+            )
+        ),
+    }
+
+
+@needs_c
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(batch_runs(), min_size=1, max_size=25))
+def test_dispatch_run_writes_and_updates_what_a_call_a_record_does(runs: Any, batches: list[dict[str, Any]]) -> None:
+    with_c, with_python = runs(f"crun{next(_examples)}", "c"), runs(f"pyrun{next(_examples)}", "python")
+    phy, stamp, n = 0, 1_700_000_000_000, 0
+    next_unit: dict[tuple[str, int], int] = {}
+    for b in batches:
+        key = (b["topic"], b["queue_id"])
+        unit = next_unit.get(key, 0) + {"next": 0, "gap": 2}.get(b["start"], -1)
+        unit = max(unit, 0)
+        calls = []
+        for size, tags, uniq, keys in b["records"]:
+            props = ([f"UNIQ_KEY\x01{n:032X}"] if uniq else []) + ([f"KEYS\x01{' '.join(keys)}"] if keys else [])
+            calls.append((b["topic"], b["queue_id"], phy, size, tags, unit, stamp, b["sys_flag"], "\x02".join(props)))
+            phy, unit, n = phy + size, unit + 1, n + 1
+        next_unit[key] = max(next_unit.get(key, 0), unit)
+        stamp += 900
+        for r in (with_c, with_python):
+            r.run(calls, b["index_enabled"])
+    assert with_c.files() == with_python.files()
+    assert with_c.state() == with_python.state()
+
+
+@needs_c
+def test_dispatch_run_rolls_queue_and_index_files_mid_batch(runs: Any) -> None:
+    with_c, with_python = runs("crun-long", "c"), runs("pyrun-long", "python")
+    phy, stamp = 0, 1_700_000_000_000
+    for b in range(60):
+        calls = [
+            (
+                "TopicA",
+                1,
+                phy + i * 100,
+                100,
+                i,
+                b * 16 + i,
+                stamp + b,
+                0,
+                f"UNIQ_KEY\x01{b:016X}{i:016X}\x02KEYS\x01k{i} x",
+            )
+            for i in range(16)
+        ]
+        phy += 1600
+        for r in (with_c, with_python):
+            r.run(calls, True)
+    queues, index = with_c.files()
+    assert len(queues) > 10 and len(index) > 50  # files rolled inside batches
+    assert (queues, index) == with_python.files()
+    assert with_c.state() == with_python.state()
+    assert len(with_c.arrivals) == 960 and with_c.raised == [None] * 960
 
 
 @needs_c
