@@ -3,8 +3,9 @@
 A SEND_MESSAGE or SEND_MESSAGE_V2 of a plain message, or a SEND_BATCH_MESSAGE of plain messages (no transaction,
 delay, timer or retry topic, not oneway), to a topic the broker has is validated, appended to the commitlog,
 dispatched to its consume queue and index, counted and answered by one C call for all such requests of a read, with
-the bytes :class:`SendMessageProcessor` would send (a batch's messages are made by the processor's own
-:func:`~gateway.broker.processors.send.batch_messages`).
+the bytes :class:`SendMessageProcessor` would send (a batch's messages parsed in C as the processor's own
+:func:`~gateway.broker.processors.send.batch_messages` makes them, which the lane calls for text that is not ASCII, and
+dispatched in one call of the store's ``Dispatcher.dispatch_run``).
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
 requests are served in the order they came. There is no lane (None) where the extension was not built, with
 ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor on a

@@ -384,9 +384,10 @@ index_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* Dispatcher(store, on_listener_error): the commitlog's dispatcher, store.py's DefaultMessageStore._dispatch for the
  * common case (an existing queue's next unit in its current file, the message's keys in the current index file),
- * called with the same nine arguments. Everything else is handed to the store's own Python methods, which stay the
- * reference: the whole call when an argument is not what the commitlog passes, a queue not made yet, a unit that
- * rolls, leaves a gap or was written, an index file that is missing or full. Nothing points into a mapping between
+ * called with the same nine arguments (or, by dispatch_run, for a batch's records at once). Everything else is
+ * handed to the store's own Python methods, which stay the reference: the whole call when an argument is not what
+ * the commitlog passes, a queue not made yet, a unit that rolls, leaves a gap or was written, an index file that is
+ * missing or full. Nothing points into a mapping between
  * calls: each file's `mm` is asked for (and its buffer held) only while writing. A listener raising an Exception
  * is passed to on_listener_error(exc), as the Python path logs it. */
 enum { A_CONFIG, A_INDEX_ENABLE, A_INDEX_SERVICE, A_LAST_INDEXED, A_FILES, A_MAPPED_FILE, A_MM, A_HASH_SLOT_NUM,
