@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The process's and its threads' CPU are counted in clock ticks, each read once at either end of the 1 s send: one
@@ -38,6 +39,21 @@ def test_versus_runs_our_pair_and_verifies_its_drains(tmp_path: Path) -> None:
         assert send["broker_cores"] > 0 and send["generator_cores"] > 0
         assert send["broker_cores"] + send["generator_cores"] <= send["machine_cores"] + 0.3 <= os.cpu_count() + 0.3
     assert len(ours["loaded_rss_mb"]) == 2 and ours["idle_rss_one_process_mb"] > 0
+
+
+def test_growth_is_judged_only_where_apache_grew() -> None:
+    from benchmarks.versus import render
+
+    def scaling(one: float, two: float) -> dict[str, Any]:
+        return {"cores_0": {"rate": one}, "cores_0,1": {"rate": two}}
+
+    def growth_goal(apache_two: float) -> str:
+        table = render({"ours": [scaling(100.0, 110.0)], "apache": [scaling(50.0, apache_two)]})
+        return next(line for line in table.splitlines() if line.lstrip().startswith("growth"))
+
+    assert growth_goal(60.0).endswith("NOT met")  # ours 1.10 against Apache's 1.20
+    assert growth_goal(52.0).endswith(">= 1.0: met")  # 1.10 against 1.04
+    assert growth_goal(45.0).endswith("not measured: Apache did not grow")  # 1.10 against 0.90: no verdict
 
 
 def test_ha_pair_runs_our_pair_and_compares_the_slave(tmp_path: Path) -> None:
