@@ -810,6 +810,15 @@ ascii_tags_code(const char *p, Py_ssize_t n)
     return (int32_t)h;
 }
 
+/* Frees `n` entries and their properties (NULL ones skipped). */
+static void
+entries_free(BatchEntry *entries, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; entries != NULL && i < n; i++)
+        Py_XDECREF(entries[i].props);
+    PyMem_Free(entries);
+}
+
 static int
 is_ascii(const char *p, Py_ssize_t n)
 {
@@ -868,9 +877,7 @@ parse_batch(const char *body, Py_ssize_t len, PyObject *batch_str, BatchEntry **
         e->tags = ascii_tags_code(inner, inner_n);
         Py_ssize_t stored_n = inner_n ? inner_n + 1 + bn : bn;
         if ((e->props = PyUnicode_New(stored_n, 127)) == NULL) {
-            for (Py_ssize_t j = 0; j < i; j++)
-                Py_DECREF(out[j].props);
-            PyMem_Free(out);
+            entries_free(out, i);
             return -1;
         }
         char *w = (char *)PyUnicode_1BYTE_DATA(e->props);
@@ -890,12 +897,12 @@ parse_batch(const char *body, Py_ssize_t len, PyObject *batch_str, BatchEntry **
 /* The messages send_lane.py's batch() makes (Python's decoding, for what parse_batch leaves to it) as entries: 1, 0
  * for a batch the processor refuses, -1 error. `*owner` keeps the bodies alive. */
 static int
-python_batch(Lane *self, Send *s, BatchEntry **entries, Py_ssize_t *n_out, PyObject **owner)
+python_batch(Lane *self, Send *s, PyObject *batch_str, BatchEntry **entries, Py_ssize_t *n_out, PyObject **owner)
 {
     PyObject *body = PyBytes_FromStringAndSize(s->body, s->body_len);
     if (body == NULL)
         return -1;
-    PyObject *args[2] = {s->properties != NULL ? s->properties : Py_None, body};
+    PyObject *args[2] = {batch_str, body};
     PyObject *list = PyObject_Vectorcall(self->batch, args, 2, NULL);
     Py_DECREF(body);
     if (list == NULL)
@@ -923,9 +930,7 @@ python_batch(Lane *self, Send *s, BatchEntry **entries, Py_ssize_t *n_out, PyObj
         else
             overflow = 1;
         if (overflow || flag < INT32_MIN || flag > INT32_MAX || tags < INT32_MIN || tags > INT32_MAX) {
-            for (Py_ssize_t j = 0; j < i; j++)
-                Py_DECREF(out[j].props);
-            PyMem_Free(out);
+            entries_free(out, i);
             return 0;
         }
         out[i] = (BatchEntry){.flag = (int32_t)flag, .tags = (int32_t)tags,
@@ -938,8 +943,7 @@ python_batch(Lane *self, Send *s, BatchEntry **entries, Py_ssize_t *n_out, PyObj
     return 1;
 }
 
-/* A batch's records dispatched: by the store's Dispatcher.dispatch_run in one call, or one call a record where the
- * dispatcher has no such method (the Python one). 0, or -1 with an exception set. */
+/* A batch's records dispatched by the store's Dispatcher.dispatch_run, in one call. 0, or -1 with an exception set. */
 static int
 dispatch_batch(Lane *self, PyObject *topic, PyObject *queue_id, BatchEntry *entries, long long *phys, long long *sizes,
                Py_ssize_t n, long long first_offset, PyObject *ts_obj, int32_t sys_flag)
@@ -948,21 +952,8 @@ dispatch_batch(Lane *self, PyObject *topic, PyObject *queue_id, BatchEntry *entr
     PyObject *dispatcher = PyObject_GetAttr(self->commit_log, S_dispatcher), *run = NULL, *units = NULL, *props = NULL;
     if (dispatcher == NULL)
         return -1;
-    if ((run = PyObject_GetAttr(dispatcher, S_dispatch_run)) == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            goto out;
-        PyErr_Clear();
-        ok = 0;
-        for (Py_ssize_t i = 0; i < n && ok == 0; i++) {
-            PyObject *tags = PyLong_FromLong(entries[i].tags);
-            ok = tags == NULL ? -1
-                              : dispatch_record(dispatcher, topic, queue_id, phys[i], sizes[i], tags, first_offset + i,
-                                                ts_obj, sys_flag, entries[i].props);
-            Py_XDECREF(tags);
-        }
-        goto out;
-    }
-    if ((units = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t))) == NULL ||
+    if ((run = PyObject_GetAttr(dispatcher, S_dispatch_run)) == NULL ||
+        (units = PyBytes_FromStringAndSize(NULL, n * 3 * (Py_ssize_t)sizeof(int64_t))) == NULL ||
         (props = PyList_New(n)) == NULL)
         goto out;
     char *u = PyBytes_AS_STRING(units);
@@ -1008,11 +999,12 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     PyObject *props_arg = s->properties != NULL ? s->properties : Py_None;
     if ((batch_str = PyObject_CallOneArg(self->batch_properties, props_arg)) == NULL)
         return -1;
-    if (!PyUnicode_CheckExact(batch_str))
-        ok = 2;
-    else if ((ok = parse_batch(s->body, s->body_len, batch_str, &entries, &n)) < 0)
+    if (!PyUnicode_CheckExact(batch_str)) {
+        PyErr_SetString(PyExc_TypeError, "batch_properties must return a str");
         goto done;
-    if (ok == 2 && (ok = python_batch(self, s, &entries, &n, &owner)) < 0)
+    }
+    if ((ok = parse_batch(s->body, s->body_len, batch_str, &entries, &n)) < 0 ||
+        (ok == 2 && (ok = python_batch(self, s, batch_str, &entries, &n, &owner)) < 0))
         goto done;
     result = 0;
     if (ok == 0)
@@ -1115,10 +1107,7 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
 done:
     if (mm.obj != NULL)
         PyBuffer_Release(&mm);
-    if (entries != NULL)
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_XDECREF(entries[i].props);
-    PyMem_Free(entries);
+    entries_free(entries, n);
     PyMem_Free(recs);
     PyMem_Free(sizes);
     PyMem_Free(ids);

@@ -7,7 +7,7 @@ the bytes :class:`SendMessageProcessor` would send (a batch's messages parsed in
 :func:`~gateway.broker.processors.send.batch_messages` makes them, which the lane calls for text that is not ASCII, and
 dispatched in one call of the store's ``Dispatcher.dispatch_run``).
 The lane stops at the first request it does not take, which the processor then serves (it is the reference), so
-requests are served in the order they came. There is no lane (None) where the extension was not built, with
+requests are served in the order they came. There is no lane (None) where the extensions were not built, with
 ``ROCKETMQ_GATEWAY_PURE_PYTHON=1`` and on a DLedger commitlog; the lane leaves every send to the processor on a
 slave and while the broker refuses writes. With request hooks on (ACL), each send is put to them first
 (:meth:`~gateway.remoting.dispatch.RequestDispatcher.admit`, which answers a denial as the dispatcher does) and only
@@ -29,6 +29,7 @@ from gateway.remoting.headers import KNOWN_GROUPS, KNOWN_TOPICS
 from gateway.remoting.message import RecordError, _c_send_properties, string_to_properties
 from gateway.remoting.names import NOT_ALLOWED_SEND_TOPICS, RETRY_GROUP_TOPIC_PREFIX
 from gateway.store.api import PutMessageStatus
+from gateway.store.native import c_store
 
 from .processors.send import batch_messages, batch_properties, status_code
 
@@ -105,12 +106,13 @@ class SendLane:
         batches itself)."""
         return batch_properties(string_to_properties(properties), self._broker.config.brokerClusterName)
 
-    def batch(self, properties: str | None, body: bytes) -> list[tuple[int, bytes, str, int]] | None:
-        """A batch's messages as the processor stores them (flag, body, properties, tags code); None for a body the
-        processor refuses (not a batch, or empty). The lane asks for them where its own parse leaves the batch to
-        Python (text that is not ASCII)."""
+    def batch(self, batch_str: str, body: bytes) -> list[tuple[int, bytes, str, int]] | None:
+        """A batch's messages as the processor stores them (flag, body, properties, tags code), each one's properties
+        followed by ``batch_str`` (what :meth:`batch_properties` made); None for a body the processor refuses (not a
+        batch, or empty). The lane asks for them where its own parse leaves the batch to Python (text that is not
+        ASCII)."""
         try:
-            return batch_messages(string_to_properties(properties), self._broker.config.brokerClusterName, body) or None
+            return batch_messages(batch_str, body) or None
         except RecordError:
             return None
 
@@ -153,6 +155,7 @@ class SendLane:
 
 def send_lane(broker: BrokerController, processor: SendMessageProcessor) -> SendLane | None:
     """The broker's send lane, or None where sends are all Python's (see the module's docstring)."""
-    if _c_lane is None or _c_send_properties is None or broker.dledger is not None:
+    # The lane dispatches through the C store's Dispatcher (dispatch_run for batches).
+    if _c_lane is None or _c_send_properties is None or c_store is None or broker.dledger is not None:
         return None
     return SendLane(broker, processor)

@@ -99,11 +99,10 @@ def batch_properties(batch_props: dict[str, str], cluster: str) -> str:
     return properties_to_string({**batch_props, MessageConst.CLUSTER: cluster})
 
 
-def batch_messages(batch_props: dict[str, str], cluster: str, body: bytes) -> list[tuple[int, bytes, str, int]]:
+def batch_messages(batch_str: str, body: bytes) -> list[tuple[int, bytes, str, int]]:
     """A SEND_BATCH_MESSAGE's messages as they are stored: (flag, body, properties, tags code) each. Each keeps its
-    own properties followed by :func:`batch_properties`; its tags code is its own TAGS'. Raises RecordError for a
-    body that is not a batch."""
-    batch_str = batch_properties(batch_props, cluster)
+    own properties followed by ``batch_str`` (:func:`batch_properties`); its tags code is its own TAGS'. Raises
+    RecordError for a body that is not a batch."""
     out = []
     for flag, mbody, inner in decode_batch(body):
         props = inner + PROPERTY_SEPARATOR + batch_str if inner and batch_str else inner or batch_str
@@ -390,7 +389,7 @@ class SendMessageProcessor:
                 ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay or transaction", ext
             )
         try:
-            entries = batch_messages(batch_props, broker.config.brokerClusterName, request.body)
+            entries = batch_messages(batch_properties(batch_props, broker.config.brokerClusterName), request.body)
         except RecordError as e:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}", ext)
         if not entries:
