@@ -14,7 +14,12 @@ setup(
         Extension(
             name,
             [source],
-            depends=["gateway/_native.h", "gateway/remoting/send_frame.h", "gateway/store/record.h"],
+            depends=[
+                "gateway/_native.h",
+                "gateway/remoting/send_frame.h",
+                "gateway/store/record.h",
+                "gateway/store/crc32.h",
+            ],
             extra_compile_args=FLAGS,
             optional=True,
         )

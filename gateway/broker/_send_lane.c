@@ -13,6 +13,7 @@
  * updates the same Python objects the processor does.
  */
 #include "../remoting/send_frame.h"
+#include "../store/crc32.h"
 #include "../store/record.h"
 
 #include <time.h>
@@ -59,7 +60,7 @@ typedef struct {
     PyObject_HEAD
     /* What the lane reads, set once by send_lane.py (see Lane's docstring for each). */
     PyObject *config, *broker, *dispatcher, *store, *commit_log, *file_queue, *topics, *store_config, *count_put, *send_properties,
-        *crc32, *known_topics, *known_groups, *not_allowed, *retry_prefix, *cluster, *wait_stored,
+        *known_topics, *known_groups, *not_allowed, *retry_prefix, *cluster, *wait_stored,
         *serialize_rocketmq, *region, *trace_on, *json_pieces, *batch, *batch_properties;
     long long mapped_file_size;
     int version;
@@ -80,7 +81,6 @@ lane_clear_refs(Lane *self)
     Py_CLEAR(self->store_config);
     Py_CLEAR(self->count_put);
     Py_CLEAR(self->send_properties);
-    Py_CLEAR(self->crc32);
     Py_CLEAR(self->known_topics);
     Py_CLEAR(self->known_groups);
     Py_CLEAR(self->not_allowed);
@@ -99,35 +99,35 @@ static int
 lane_init(Lane *self, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"config", "broker", "dispatcher", "store", "commit_log", "file_queue", "topics", "store_config",
-                         "count_put", "send_properties", "crc32", "known_topics", "known_groups", "not_allowed",
+                         "count_put", "send_properties", "known_topics", "known_groups", "not_allowed",
                          "retry_prefix", "cluster", "wait_stored", "serialize_rocketmq", "region",
                          "trace_on", "json_pieces", "batch", "batch_properties", "mapped_file_size", "version", NULL};
-    PyObject *o[23];
+    PyObject *o[22];
     long long mapped_file_size;
     int version;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOOO!O!O!UUOOO!O!O!OOLi", kw, &o[0], &o[1], &o[2], &o[3],
-                                     &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &PySet_Type, &o[11],
-                                     &PySet_Type, &o[12], &PyFrozenSet_Type, &o[13], &o[14], &o[15], &o[16], &o[17],
-                                     &PyBytes_Type, &o[18], &PyBytes_Type, &o[19], &PyTuple_Type, &o[20], &o[21], &o[22],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOOOOOOOOO!O!O!UUOOO!O!O!OOLi", kw, &o[0], &o[1], &o[2], &o[3],
+                                     &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &PySet_Type, &o[10], &PySet_Type,
+                                     &o[11], &PyFrozenSet_Type, &o[12], &o[13], &o[14], &o[15], &o[16], &PyBytes_Type,
+                                     &o[17], &PyBytes_Type, &o[18], &PyTuple_Type, &o[19], &o[20], &o[21],
                                      &mapped_file_size, &version))
         return -1;
-    if (PyTuple_GET_SIZE(o[20]) != 5) {
+    if (PyTuple_GET_SIZE(o[19]) != 5) {
         PyErr_SetString(PyExc_ValueError, "json_pieces: five byte strings");
         return -1;
     }
     for (int i = 0; i < 5; i++)
-        if (!PyBytes_Check(PyTuple_GET_ITEM(o[20], i))) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(o[19], i))) {
             PyErr_SetString(PyExc_TypeError, "json_pieces: five byte strings");
             return -1;
         }
     lane_clear_refs(self);
     PyObject **slots[] = {&self->config, &self->broker, &self->dispatcher, &self->store, &self->commit_log, &self->file_queue,
-                          &self->topics, &self->store_config, &self->count_put, &self->send_properties, &self->crc32,
+                          &self->topics, &self->store_config, &self->count_put, &self->send_properties,
                           &self->known_topics, &self->known_groups, &self->not_allowed, &self->retry_prefix,
                           &self->cluster, &self->wait_stored, &self->serialize_rocketmq,
                           &self->region, &self->trace_on, &self->json_pieces, &self->batch,
                           &self->batch_properties};
-    for (int i = 0; i < 23; i++)
+    for (int i = 0; i < 22; i++)
         *slots[i] = Py_NewRef(o[i]);
     self->mapped_file_size = mapped_file_size;
     self->version = version;
@@ -1057,16 +1057,8 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     result = -1;
     /* The bodies' CRCs; nothing after this point refuses the batch. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *view = PyMemoryView_FromMemory((char *)entries[i].body, entries[i].body_len, PyBUF_READ);
-        PyObject *crc = view != NULL ? PyObject_CallOneArg(self->crc32, view) : NULL;
-        Py_XDECREF(view);
-        if (crc == NULL)
-            goto done;
-        long long v = PyLong_AsLongLong(crc);
-        Py_DECREF(crc);
-        if (v == -1 && PyErr_Occurred())
-            goto done;
-        recs[i].body_crc = (int32_t)(v & 0x7FFFFFFF);
+        uint32_t crc = crc32_update(0, (const unsigned char *)entries[i].body, (size_t)entries[i].body_len);
+        recs[i].body_crc = (int32_t)(crc & 0x7FFFFFFF);
     }
     long long phy = wrote, store_timestamp = now_ms();
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1128,7 +1120,7 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     int ok, result = 0;
     int32_t queue_id = s->queue_id, sys_flag = s->sys_flag;
     PyObject *done = NULL, *key = NULL, *f = NULL, *born = NULL, *attrs = NULL;
-    PyObject *crc = NULL, *reply = NULL, *tc = NULL, *body_view = NULL;
+    PyObject *reply = NULL, *tc = NULL;
     Py_buffer mm = {0};
     if ((ok = gates_open(self, g)) <= 0)
         return ok;
@@ -1247,14 +1239,8 @@ serve(Lane *self, Gates *g, PyObject *channel, PyObject *cmd, Send *s, PyObject 
     long long queue_offset;
     if ((ok = next_queue_offset(g, topic, queue_id, &key, &queue_offset)) <= 0)
         goto checked;
-    if ((body_view = PyMemoryView_FromMemory((char *)s->body, s->body_len, PyBUF_READ)) == NULL ||
-        (crc = PyObject_CallOneArg(self->crc32, body_view)) == NULL)
-        goto error;
-    long long crc_value = PyLong_AsLongLong(crc);
-    if (crc_value == -1 && PyErr_Occurred())
-        goto error;
     long long phy = wrote, end = wrote + size, store_timestamp = now_ms();
-    r.body_crc = (int32_t)(crc_value & 0x7FFFFFFF);
+    r.body_crc = (int32_t)(crc32_update(0, (const unsigned char *)s->body, (size_t)s->body_len) & 0x7FFFFFFF);
     r.queue_offset = queue_offset;
     r.phy = phy;
     r.store_timestamp = store_timestamp;
@@ -1293,13 +1279,11 @@ checked:
 out:
     if (mm.obj != NULL)
         PyBuffer_Release(&mm);
-    Py_XDECREF(body_view);
     Py_XDECREF(done);
     Py_XDECREF(key);
     Py_XDECREF(f);
     Py_XDECREF(born);
     Py_XDECREF(attrs);
-    Py_XDECREF(crc);
     Py_XDECREF(reply);
     Py_XDECREF(tc);
     return result;

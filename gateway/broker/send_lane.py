@@ -18,7 +18,6 @@ histograms (``rocketmq_rpc_latency``) as the dispatcher counts its own.
 from __future__ import annotations
 
 import time
-import zlib
 from typing import TYPE_CHECKING
 
 from gateway.native import load_extension
@@ -84,7 +83,6 @@ class SendLane:
             store_config=broker.store_config,
             count_put=broker.message_counts.put,
             send_properties=_c_send_properties,
-            crc32=zlib.crc32,
             known_topics=KNOWN_TOPICS,
             known_groups=KNOWN_GROUPS,
             not_allowed=NOT_ALLOWED_SEND_TOPICS,

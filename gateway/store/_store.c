@@ -8,6 +8,7 @@
  *
  * Also the commitlog's fsync thread (FsyncThread, used by flush.py): it never takes the GIL.
  */
+#include "crc32.h"
 #include "record.h"
 
 #include <fcntl.h>
@@ -1254,7 +1255,29 @@ static PyTypeObject FsyncThreadType = {
     .tp_methods = fsync_thread_methods,
 };
 
+/* crc32(data, value=0) -> int: zlib.crc32(data, value) by crc32.h (for the tests, and Python code that checks
+ * record bodies). */
+static PyObject *
+store_crc32(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0)");
+        return NULL;
+    }
+    unsigned long value = 0;
+    if (nargs == 2 && (value = PyLong_AsUnsignedLongMask(args[1])) == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    uint32_t crc = crc32_update((uint32_t)value, (const unsigned char *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
+    {"crc32", (PyCFunction)(void (*)(void))store_crc32, METH_FASTCALL,
+     "crc32(data, value=0) -> int: zlib.crc32, folded with carry-less multiplication where the CPU has it."},
     {"write_record", (PyCFunction)(void (*)(void))store_write_record, METH_FASTCALL,
      "write_record(mm, pos, size, magic, crc, topic, ...): a v1 commitlog record into the mapping."},
     {"parse_record", (PyCFunction)(void (*)(void))parse_record, METH_FASTCALL,
@@ -1279,6 +1302,7 @@ PyInit__store(void)
         return NULL;
     StructError = PyObject_GetAttrString(struct_module, "error");
     Py_DECREF(struct_module);
+    crc32_init();
     if (StructError == NULL || PyType_Ready(&FsyncThreadType) < 0 || PyType_Ready(&DispatcherType) < 0)
         return NULL;
     for (int i = 0; i < A_COUNT; i++)
