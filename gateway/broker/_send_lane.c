@@ -13,8 +13,8 @@
  * updates the same Python objects the processor does.
  */
 #include "../remoting/send_frame.h"
-#include "../store/crc32.h"
 #include "../store/record.h"
+#include "../store/crc32.h"
 
 #include <time.h>
 
@@ -64,6 +64,9 @@ typedef struct {
         *serialize_rocketmq, *region, *trace_on, *json_pieces, *batch, *batch_properties;
     long long mapped_file_size;
     int version;
+    /* The last batch header's properties (a str or None) and what batch_properties made of them: a producer's
+     * batches mostly carry the same ones. */
+    PyObject *last_batch_props, *last_batch_str;
     /* Requests taken, and of them those read in place and the batches, for tests and the benchmarks. */
     unsigned long long taken, in_place, batches;
 } Lane;
@@ -93,6 +96,8 @@ lane_clear_refs(Lane *self)
     Py_CLEAR(self->json_pieces);
     Py_CLEAR(self->batch);
     Py_CLEAR(self->batch_properties);
+    Py_CLEAR(self->last_batch_props);
+    Py_CLEAR(self->last_batch_str);
 }
 
 static int
@@ -996,12 +1001,19 @@ store_batch(Lane *self, Gates *g, PyObject *channel, Send *s, PyObject *topic_b,
     long long *sizes = NULL;
     char *ids = NULL;
     Py_buffer mm = {0};
-    PyObject *props_arg = s->properties != NULL ? s->properties : Py_None;
-    if ((batch_str = PyObject_CallOneArg(self->batch_properties, props_arg)) == NULL)
-        return -1;
-    if (!PyUnicode_CheckExact(batch_str)) {
-        PyErr_SetString(PyExc_TypeError, "batch_properties must return a str");
-        goto done;
+    PyObject *props_arg = s->properties != NULL ? s->properties : Py_None, *last = self->last_batch_props;
+    if (last != NULL && (last == props_arg || (PyUnicode_CheckExact(props_arg) && PyUnicode_CheckExact(last) &&
+                                               PyUnicode_Compare(props_arg, last) == 0)))
+        batch_str = Py_NewRef(self->last_batch_str);
+    else {
+        if ((batch_str = PyObject_CallOneArg(self->batch_properties, props_arg)) == NULL)
+            return -1;
+        if (!PyUnicode_CheckExact(batch_str)) {
+            PyErr_SetString(PyExc_TypeError, "batch_properties must return a str");
+            goto done;
+        }
+        Py_XSETREF(self->last_batch_props, Py_NewRef(props_arg));
+        Py_XSETREF(self->last_batch_str, Py_NewRef(batch_str));
     }
     if ((ok = parse_batch(s->body, s->body_len, batch_str, &entries, &n)) < 0 ||
         (ok == 2 && (ok = python_batch(self, s, batch_str, &entries, &n, &owner)) < 0))

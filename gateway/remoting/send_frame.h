@@ -1,4 +1,5 @@
-/* A SEND_MESSAGE (10) or SEND_MESSAGE_V2 (310) request frame read in place: the command's fields and the send
+/* A SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320, V2's one-letter keys) request frame read
+ * in place: the command's fields and the send
  * header's, as spans of the frame's bytes, with no Python object made (so no GIL needed).
  *
  * The Python decoders are the reference (codec.py's frame splitting, JSON and ROCKETMQ headers; headers.py's
@@ -38,6 +39,9 @@ typedef struct {
 
 #define SF_SEND_MESSAGE 10
 #define SF_SEND_MESSAGE_V2 310
+#define SF_SEND_BATCH_MESSAGE 320
+/* The codes read here; the two last carry the header with one-letter keys. */
+#define SF_SEND_CODE(c) ((c) == SF_SEND_MESSAGE || (c) == SF_SEND_MESSAGE_V2 || (c) == SF_SEND_BATCH_MESSAGE)
 #define SF_LANGUAGE_OTHER 7
 
 /* A name and its length, to compare with a span. */
@@ -416,7 +420,7 @@ sf_field(int v2, const unsigned char *k, Py_ssize_t n)
 static inline int
 sf_ext_entry(SendFrame *out, unsigned *seen, const Span *key, const SfValue *v)
 {
-    int f = sf_field(out->code == SF_SEND_MESSAGE_V2, key->p, key->n);
+    int f = sf_field(out->code != SF_SEND_MESSAGE, key->p, key->n);
     if (f < 0)
         return 1;
     if (*seen & (1u << f))
@@ -517,8 +521,7 @@ sf_json_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigned *s
         }
         switch (k) {
         case SF_J_CODE:
-            if (!sf_json_int32(p, n, &pos, &out->code) ||
-                (out->code != SF_SEND_MESSAGE && out->code != SF_SEND_MESSAGE_V2))
+            if (!sf_json_int32(p, n, &pos, &out->code) || !SF_SEND_CODE(out->code))
                 return 0;
             break;
         case SF_J_VERSION:
@@ -576,7 +579,7 @@ sf_rocketmq_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigne
     if (n < 21)
         return 0;
     out->code = get16(p);
-    if (out->code != SF_SEND_MESSAGE && out->code != SF_SEND_MESSAGE_V2)
+    if (!SF_SEND_CODE(out->code))
         return 0;
     out->language = p[2] < SF_N_LANGUAGES ? p[2] : SF_LANGUAGE_OTHER;
     out->version = get16(p + 3);
@@ -607,7 +610,7 @@ sf_rocketmq_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigne
 }
 
 /* 1: `frame` (len bytes, from its 4-byte total length on, which must be len - 4; the caller has split the frames
- * and bounded their length) is a SEND_MESSAGE or SEND_MESSAGE_V2 request that the Python decoders take without
+ * and bounded their length) is a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request that the Python decoders take without
  * error, every required field there, with these values, and *out holds them (spans into the frame). 0: anything
  * else; *out is then undefined, and the Python decoders take the frame and give the right answer or error. Never
  * reads outside [frame, frame + len). */

@@ -8,8 +8,8 @@
  *
  * Also the commitlog's fsync thread (FsyncThread, used by flush.py): it never takes the GIL.
  */
-#include "crc32.h"
 #include "record.h"
+#include "crc32.h"
 
 #include <fcntl.h>
 #include <stddef.h>

@@ -29,13 +29,15 @@ C = codec._c_codec
 pytestmark = pytest.mark.skipif(C is None, reason="the C codec was not built (no C compiler at install time)")
 FUZZ = settings(max_examples=400, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 SEND, SEND_V2 = int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_MESSAGE_V2)
-# The Python reference decoders, not the C decode_fields the accelerated ones go through.
+SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+# The Python reference decoders, not the C decode_fields the accelerated ones go through; a batch's header is V2's.
 DECODE = {
     SEND: SendMessageRequestHeader._python_decoder(SendMessageRequestHeader._fields_spec()),
     SEND_V2: SendMessageRequestHeader._python_decoder(
         SendMessageRequestHeader._fields_spec(SendMessageRequestHeader.V2_NAMES)
     ),
 }
+DECODE[SEND_BATCH] = DECODE[SEND_V2]
 FULL_NAMES = {attr: key for attr, key, *_ in SendMessageRequestHeader._fields_spec()}
 
 
@@ -367,7 +369,7 @@ def send_frames(draw: st.DrawFn) -> bytes:
     """Send frames as clients write them (JSON or ROCKETMQ, V2 or not) with odd values, then maybe mutated."""
     v2 = draw(st.booleans())
     ext = draw(ext_fields(v2))
-    code = draw(st.sampled_from([SEND_V2 if v2 else SEND] * 4 + [SEND if v2 else SEND_V2, 320]))
+    code = draw(st.sampled_from([SEND_V2 if v2 else SEND] * 4 + [SEND if v2 else SEND_V2, SEND_BATCH, 11]))
     language = draw(st.sampled_from(["JAVA", "CPP", "GO", "COBOL", 3, None]))
     body = draw(st.binary(max_size=8))
     if draw(st.booleans()):
