@@ -318,3 +318,8 @@ class PushConsumer(_Started, _MQAdmin):
 
     def assigned_queues(self) -> set[MessageQueue]:
         return self._call(self.core.assigned_queues)
+
+    def persist_consumer_offset(self) -> None:
+        """Send the consumed offsets to the brokers now (the client instance sends them every
+        ``persist_consumer_offset_interval`` otherwise)."""
+        self._call(self.core.persist_consumer_offset)
