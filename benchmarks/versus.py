@@ -379,6 +379,8 @@ FIGURES: list[tuple[str, Callable[[dict[str, Any]], float | None], str]] = [
     ("  the whole machine on 2 cores, cores busy", lambda r: r.get("cores_0,1", {}).get("machine_cores"), "info"),
     ("send msgs/s, 2 cores, ours a broker process per core", lambda r: _per_core(r), "higher"),
     ("  growth 1 -> 2 cores", lambda r: _growth(r, _per_core(r)), "higher"),
+    ("  generator beside them, cores", lambda r: _per_core_figure(r, "generator_cores"), "info"),
+    ("  the whole machine, cores busy", lambda r: _per_core_figure(r, "machine_cores"), "info"),
     ("idle RSS MB, NameServer + broker", idle_rss, "lower"),
     # against Apache's two processes: that is what it takes to run both there
     ("idle RSS MB, ours in one process (python -m gateway)", one_process_rss_of, "lower"),
@@ -407,6 +409,11 @@ def _two_core_use(r: dict[str, Any]) -> float | None:
 def _per_core(r: dict[str, Any]) -> float | None:
     """Ours: two broker processes of one cluster on CPUs 0-1; Apache's: its one broker there."""
     return r.get("cores_0,1_process_per_core", r.get("cores_0,1", {})).get("rate")
+
+
+def _per_core_figure(r: dict[str, Any], key: str) -> float | None:
+    """A figure of ours with a broker process per core (none for Apache's)."""
+    return r.get("cores_0,1_process_per_core", {}).get(key)
 
 
 def _goal(label: str) -> float:

@@ -84,6 +84,7 @@ def test_scale_out_runs_one_and_two_broker_processes(tmp_path: Path) -> None:
     results = json.loads(out.read_text())["results"]
     assert [row["brokers"] for row in results["1"] + results["2"]] == [1, 2]
     assert all(row["rate"] > 0 and not row["errors"] for row in results["1"] + results["2"])
+    assert all(row["machine_cores"] > 0 and row["generator_cores"] > 0 for row in results["1"] + results["2"])
     assert "16 queues" in run.stdout  # the topic is on both brokers: the generator sent to all 16 queues
 
 
