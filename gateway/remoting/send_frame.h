@@ -1,6 +1,6 @@
 /* A SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) or SEND_BATCH_MESSAGE (320, V2's one-letter keys) request frame read
- * in place: the command's fields and the send
- * header's, as spans of the frame's bytes, with no Python object made (so no GIL needed).
+ * in place: the command's fields and the send header's, as spans of the frame's bytes, with no Python object made
+ * (so no GIL needed).
  *
  * The Python decoders are the reference (codec.py's frame splitting, JSON and ROCKETMQ headers; headers.py's
  * SendMessageRequestHeader.decode and decode_v2): parse_send_frame says 1 only for a frame they decode without
@@ -610,9 +610,9 @@ sf_rocketmq_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigne
 }
 
 /* 1: `frame` (len bytes, from its 4-byte total length on, which must be len - 4; the caller has split the frames
- * and bounded their length) is a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request that the Python decoders take without
- * error, every required field there, with these values, and *out holds them (spans into the frame). 0: anything
- * else; *out is then undefined, and the Python decoders take the frame and give the right answer or error. Never
+ * and bounded their length) is a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request that the Python
+ * decoders take without error, every required field there, with these values, and *out holds them (spans into the
+ * frame). 0: anything else; *out is then undefined, and the Python decoders take the frame and give the right answer or error. Never
  * reads outside [frame, frame + len). */
 static int
 parse_send_frame(const unsigned char *frame, Py_ssize_t len, SendFrame *out)
