@@ -329,7 +329,7 @@ def test_push_consumer_round_trip_with_tag_filter(servers, tmp_path):
     check_messages(filtered.messages, run_id, [i for i in range(90) if i % 3 != 1], topic, "push 'Tag0 || Tag2'")
 
 
-def _group_members(servers: Any, group: str) -> list[str]:
+def group_members(servers: Any, group: str) -> list[str]:
     from gateway.remoting.codes import RequestCode
     from gateway.remoting.command import RemotingCommand
 
@@ -354,9 +354,9 @@ def test_consumer_group_shares_queues(servers, tmp_path):
         for member in members:
             member.wait_started()
         deadline = time.monotonic() + 20
-        while len(_group_members(servers, group)) < 2 and time.monotonic() < deadline:
+        while len(group_members(servers, group)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(_group_members(servers, group)) == 2, "the broker does not list both members of the group"
+        assert len(group_members(servers, group)) == 2, "the broker does not list both members of the group"
         time.sleep(3)  # NOTIFY_CONSUMER_IDS_CHANGED makes both members rebalance at once
         run_id = _unique("group")
         produce(tmp_path, servers, topic, run_id, 200)
