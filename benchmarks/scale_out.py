@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -58,14 +57,8 @@ def measure(args: argparse.Namespace, brokers: int) -> dict[str, Any]:
         send = throughput.send_summary(run["send"])
         if send["errors"]:
             raise SetupError(f"{label}: send errors {send['errors']}")
-        machine, generator = run["send"]["machine_cpu"], run["send"]["generator_cpu"]
-        return {
-            "brokers": brokers,
-            **send,
-            # How much of the machine the brokers and the generator left idle: what a broker could still grow into.
-            "machine_cores": machine * (os.cpu_count() or 1) if machine is not None else None,
-            "generator_cores": sum(generator) if generator else None,
-        }
+        # How much of the machine the brokers and the generator left idle: what a broker could still grow into.
+        return {"brokers": brokers, **send, **throughput.cores_used(run["send"])}
     finally:
         pair.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -557,6 +557,15 @@ def per_message_us(cores: float | None, rate: float) -> float | None:
     return cores * 1e6 / rate if cores is not None and rate > 0 else None
 
 
+def cores_used(send: dict[str, Any]) -> dict[str, float | None]:
+    """Of a :func:`run_send` result: the generator's cores and the whole machine's busy cores (who set the rate)."""
+    generator, machine = send.get("generator_cpu"), send.get("machine_cpu")
+    return {
+        "generator_cores": sum(generator) if generator else None,
+        "machine_cores": machine * (os.cpu_count() or 1) if machine is not None else None,
+    }
+
+
 def send_summary(send: dict[str, Any]) -> dict[str, Any]:
     """The figures of a :func:`run_send` result that the side-by-side tools keep: rate, p50/p99, errors."""
     return {key: send[key] for key in ("rate", "p50_ms", "p99_ms", "errors")}

@@ -313,8 +313,7 @@ def _send_figures(s: dict[str, Any]) -> dict[str, Any]:
         "reactor_thread": s.get("broker_reactor_thread"),
         # Who set the rate: a broker or generator near a whole core, or the whole machine busy.
         "broker_cores": s["broker_cpu"],
-        "generator_cores": sum(s["generator_cpu"]) if s.get("generator_cpu") else None,
-        "machine_cores": s["machine_cpu"] * (os.cpu_count() or 1) if s.get("machine_cpu") is not None else None,
+        **throughput.cores_used(s),
     }
 
 

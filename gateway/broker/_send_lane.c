@@ -1439,6 +1439,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_send_lane", "The br
 PyMODINIT_FUNC
 PyInit__send_lane(void)
 {
+    crc32_init(); /* its tables (and the CPU check) before the first send, not on it */
 #define INTERN(n)                                                                                                    \
     if ((S_##n = PyUnicode_InternFromString(#n)) == NULL)                                                           \
         return NULL;

@@ -237,7 +237,16 @@ class TransactionProducer(Producer):
         self._call(self.core.client.send_heartbeat_to_all_brokers)
 
 
-class PullConsumer(_Started, _MQAdmin):
+class _Consumer(_Started, _MQAdmin):
+    """What the blocking pull and push consumers share."""
+
+    def persist_consumer_offset(self) -> None:
+        """Send the consumed offsets to the brokers now (the client instance sends them every
+        ``persist_consumer_offset_interval`` otherwise)."""
+        self._call(self.core.persist_consumer_offset)
+
+
+class PullConsumer(_Consumer):
     """Blocking :class:`~gateway.client.consumer.PullConsumer`."""
 
     def __init__(
@@ -262,11 +271,8 @@ class PullConsumer(_Started, _MQAdmin):
     def update_consume_offset(self, mq: MessageQueue, offset: int) -> None:
         self._call(self.core.update_consume_offset, mq, offset)
 
-    def persist_consumer_offset(self) -> None:
-        self._call(self.core.persist_consumer_offset)
 
-
-class PushConsumer(_Started, _MQAdmin):
+class PushConsumer(_Consumer):
     """Blocking :class:`~gateway.client.push_consumer.PushConsumer`; the listener runs in worker threads."""
 
     def __init__(
@@ -318,8 +324,3 @@ class PushConsumer(_Started, _MQAdmin):
 
     def assigned_queues(self) -> set[MessageQueue]:
         return self._call(self.core.assigned_queues)
-
-    def persist_consumer_offset(self) -> None:
-        """Send the consumed offsets to the brokers now (the client instance sends them every
-        ``persist_consumer_offset_interval`` otherwise)."""
-        self._call(self.core.persist_consumer_offset)

@@ -612,8 +612,8 @@ sf_rocketmq_header(const unsigned char *p, Py_ssize_t n, SendFrame *out, unsigne
 /* 1: `frame` (len bytes, from its 4-byte total length on, which must be len - 4; the caller has split the frames
  * and bounded their length) is a SEND_MESSAGE, SEND_MESSAGE_V2 or SEND_BATCH_MESSAGE request that the Python
  * decoders take without error, every required field there, with these values, and *out holds them (spans into the
- * frame). 0: anything else; *out is then undefined, and the Python decoders take the frame and give the right answer or error. Never
- * reads outside [frame, frame + len). */
+ * frame). 0: anything else; *out is then undefined, and the Python decoders take the frame and give the right
+ * answer or error. Never reads outside [frame, frame + len). */
 static int
 parse_send_frame(const unsigned char *frame, Py_ssize_t len, SendFrame *out)
 {
