@@ -27,7 +27,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers
     """A NameServer and a Broker shared by one test module."""
     s = GatewayServers(tmp_path_factory.mktemp("gateway")).start()
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def fast_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySe
     """Servers with FAST_CONFIG, shared by one test module."""
     s = GatewayServers(tmp_path_factory.mktemp("gateway-fast"), FAST_CONFIG).start()
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def acl_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySer
     s = GatewayServers(root, {"aclEnable": "true", "rocketmqHome": str(root / "home")}, sign=ADMIN.sign).start()
     s.create_topic("DeniedTopic")
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def acl_grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
     s = GatewayServers(root, config, sign=ADMIN.sign).start()
     s.create_topic("DeniedTopic")
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def tls_servers(tmp_path_factory: pytest.TempPathFactory, pki: certs.DevPki) -> 
         tmp_path_factory.mktemp("gateway-tls"), {**server, **pki.client_properties()}, namesrv_config=server
     ).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def tls_call(addr: str, request: RemotingCommand, context: ssl.SSLContext) -> RemotingCommand:

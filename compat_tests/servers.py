@@ -257,6 +257,12 @@ class GatewayServers:
         self._reap()
         return rc
 
+    def close(self) -> None:
+        """Stop, then remove the store (the configuration and the output stay): a broker's commitlog reserves
+        its 1 GB on disk, and a test run starts dozens of brokers in fixtures that live until a module ends."""
+        self.stop()
+        shutil.rmtree(self.store_dir / "store", ignore_errors=True)
+
     def kill(self) -> None:
         """SIGKILL: a crash."""
         if self.proc is not None:

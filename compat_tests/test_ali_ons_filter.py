@@ -20,7 +20,7 @@ pytestmark = pytest.mark.compat
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     s = GatewayServers(tmp_path_factory.mktemp("gateway-ons-sql"), {"enablePropertyFilter": "true"}).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def test_sql92_subscription(servers, tmp_path):

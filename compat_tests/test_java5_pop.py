@@ -61,7 +61,7 @@ def sql_servers(tmp_path_factory):
     """Servers whose broker evaluates SQL92 filters (enablePropertyFilter), shared by this module."""
     s = GatewayServers(tmp_path_factory.mktemp("gateway-sql"), {"enablePropertyFilter": "true"}).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def _unique(prefix):

@@ -24,7 +24,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers
     """A broker that evaluates SQL92 (enablePropertyFilter), as Apache needs for bySql subscriptions."""
     s = GatewayServers(tmp_path_factory.mktemp("gateway-java-sql"), {"enablePropertyFilter": "true"}).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def test_sql92_push_and_lite_pull(java_programs, servers, tmp_path):

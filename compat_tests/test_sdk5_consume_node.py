@@ -47,7 +47,7 @@ def sdk5_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySe
     s = GatewayServers(tmp_path_factory.mktemp("sdk5-consume"), {**CONFIG, "grpcServerPort": str(port)}).start()
     s.grpc_endpoint = f"127.0.0.1:{port}"
     yield s
-    s.stop()
+    s.close()
 
 
 def _unique(prefix: str) -> str:

@@ -34,7 +34,7 @@ def tx_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServ
     s = GatewayServers(tmp_path_factory.mktemp("sdk5-node-tx"), FAST_CONFIG).start()
     assert s.grpc_addr, "the ready line names no gRPC endpoint"
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.mark.parametrize("concurrent", [False, True], ids=["sync", "async"])

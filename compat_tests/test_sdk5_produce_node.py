@@ -25,7 +25,7 @@ def node_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySe
     config = {"grpcServerPort": str(free_port()), "recallMessageEnable": "true"}
     s = GatewayServers(tmp_path_factory.mktemp("sdk5-produce"), config).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def _topic(servers: GatewayServers, queues: int = 4) -> str:

@@ -81,7 +81,7 @@ def grpc_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewaySe
     s = GatewayServers(tmp_path_factory.mktemp("gateway-sdk5"), config).start()
     assert s.grpc_addr, "the ready line names no gRPC endpoint"
     yield s
-    s.stop()
+    s.close()
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])

@@ -25,7 +25,7 @@ from tests.namesrv.support import register_request
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     servers = GatewayServers(tmp_path_factory.mktemp("admin-cli")).start()
     yield servers
-    servers.stop()
+    servers.close()
 
 
 def admin(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import queue
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -92,6 +93,7 @@ async def proxy(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Proxy
     channel.close()
     await admin.shutdown()
     await service.stopService()
+    shutil.rmtree(root / "store")  # its commitlog reserves 1 GB of disk until the run ends
 
 
 def route_request(topic: str, port: int = 1) -> spb.QueryRouteRequest:

@@ -31,7 +31,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers
     s = GatewayServers(tmp_path_factory.mktemp("grpc-hostile"), {"grpcServerPort": str(free_port())}).start()
     s.create_topic("HostileT", 2)
     yield s
-    s.stop()
+    s.close()
 
 
 def rss_kib(servers: GatewayServers) -> int:

@@ -48,4 +48,4 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     s = GatewayServers(tmp_path_factory.mktemp("gateway"), FAST_RETRIES).start()
     yield s
-    s.stop()
+    s.close()

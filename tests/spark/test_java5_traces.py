@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.compat]
 def recall_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     s = GatewayServers(tmp_path_factory.mktemp("gateway-recall"), {**FAST_RETRIES, "recallMessageEnable": "true"})
     yield s.start()
-    s.stop()
+    s.close()
 
 
 def test_java5_client_traces_are_ingested(

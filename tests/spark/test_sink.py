@@ -182,7 +182,7 @@ def test_a_stream_copies_a_topic_batch_by_batch(spark: Any, servers: GatewayServ
 def closed_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     s = GatewayServers(tmp_path_factory.mktemp("gateway-no-autocreate"), {"autoCreateTopicEnable": "false"}).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def test_bad_columns_fail_at_once_naming_the_column(spark: Any, servers: GatewayServers) -> None:

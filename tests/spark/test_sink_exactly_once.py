@@ -47,7 +47,7 @@ CHECKS = {"transactionCheckInterval": "500", "transactionTimeOut": "1000", "tran
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServers]:
     s = GatewayServers(tmp_path_factory.mktemp("gateway"), {**FAST_RETRIES, **CHECKS}).start()
     yield s
-    s.stop()
+    s.close()
 
 
 def sink_settings(servers: GatewayServers, group: str, **options: str) -> SinkSettings:
