@@ -112,7 +112,9 @@ def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> Re
     return RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.encode())
 
 
-def _default_sigint() -> None:
+def default_sigint() -> None:
+    """A child's ``preexec_fn`` for servers stopped with SIGINT (Ctrl-C): a child inherits SIG_IGN from a run in the
+    background (``cmd &``) or from a pytest-xdist worker, and then the server, as Java does, keeps ignoring it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
@@ -181,8 +183,7 @@ class GatewayServers:
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            # Stopped with SIGINT: undo the SIG_IGN a background run (`cmd &`) would pass down to it.
-            preexec_fn=_default_sigint,
+            preexec_fn=default_sigint,
         )
         # One thread reads the child's output from the start (so its pipe never fills); the ready line
         # is handed over through an event. (select() on a buffered pipe can miss lines already read.)

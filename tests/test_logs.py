@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from twisted.logger import Logger, LogLevel, LogPublisher
 
+from compat_tests.servers import default_sigint
 from gateway.logs import ComponentFilesObserver, LogSettings, console_observer, default_log_dir
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,10 +106,6 @@ def test_default_dir_follows_home_and_env(tmp_path: Path, monkeypatch) -> None:
     assert LogLevel.levelWithName("warn") == LogSettings(tmp_path).console_level
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_gateway_process_writes_component_files(tmp_path: Path) -> None:
     """``python -m gateway``: the console has the ready line and the stop lines; the files have the rest."""
     env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
@@ -118,7 +115,7 @@ def test_gateway_process_writes_component_files(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "gateway", "--namesrv-port", "0", "--broker-config", str(conf), "--log-json"]
     with subprocess.Popen(
         command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     ) as proc:  # fmt: skip
         try:
             assert proc.stdout is not None

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.sdk5 import sdk5_python
-from compat_tests.servers import GatewayServers, free_port
+from compat_tests.servers import GatewayServers, default_sigint, free_port
 from gateway.client import blocking
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,9 @@ def stop(proc: subprocess.Popen[str]) -> str:
 def popen(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
     # HOME: the log files go to the test's folder, not ~/logs.
     env = dict(os.environ, HOME=str(cwd), PYTHONUNBUFFERED="1")
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint
+    )
 
 
 def python(argv: list[str]) -> list[str]:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from twisted.logger import formatEvent, globalLogPublisher
 
-from compat_tests.servers import free_port
+from compat_tests.servers import default_sigint, free_port
 from gateway.broker.config import BrokerConfig, load_broker_config
 from gateway.config import KEY_RULES, ConfigError, UpdateRefused, remote_update
 from gateway.controller.config import ControllerConfig, load_controller_config
@@ -274,17 +274,13 @@ def test_state_files_that_cannot_be_written_are_one_line_and_the_store_is_closed
     assert not (store / "abort").exists()  # shut down cleanly: the next start needs no recovery
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @contextmanager
 def _process(tmp_path: Path, *args: str) -> Iterator[queue.Queue[str]]:
     """A server process whose output lines arrive in the queue; stopped with SIGINT at the end."""
     lines: queue.Queue[str] = queue.Queue()
     with subprocess.Popen(
         [sys.executable, "-m", *args], cwd=tmp_path, env=_env(tmp_path), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint,
+        stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint,
     ) as proc:  # fmt: skip
         assert proc.stdout is not None
         out = proc.stdout

@@ -12,16 +12,13 @@ import sys
 import threading
 from pathlib import Path
 
+from compat_tests.servers import default_sigint
 from gateway.remoting.codec import FrameDecoder, encode
 from gateway.remoting.codes import ResponseCode
 
 from .support import route_request
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_module_starts_serves_and_stops_on_sigint(tmp_path):
@@ -36,9 +33,7 @@ def test_module_starts_serves_and_stops_on_sigint(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        # A suite started in the background (`cmd &`) ignores SIGINT, and a child inherits that: then the server,
-        # as Java does, keeps ignoring it. An operator's Ctrl-C is what is tested here.
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     ) as proc:
         reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)
         reader.start()

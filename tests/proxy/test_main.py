@@ -12,15 +12,12 @@ from pathlib import Path
 
 import grpc
 
+from compat_tests.servers import default_sigint
 from gateway.proxy.v2 import definition_pb2 as pb
 from gateway.proxy.v2 import service_pb2 as spb
 
 ROOT = Path(__file__).resolve().parents[2]
 READY = re.compile(r"rocketmq-gateway proxy ready: gRPC on 127\.0\.0\.1:(\d+), name server (\S+)")
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(tmp_path: Path, *args: str, timeout: float = 20) -> subprocess.CompletedProcess[str]:
@@ -40,7 +37,7 @@ def test_serves_until_sigint(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "gateway.proxy", "-n", dead, "--port", "0", "--bind", "127.0.0.1"]
     with subprocess.Popen(
         argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     ) as proc:  # fmt: skip
         try:
             assert proc.stdout is not None
