@@ -50,8 +50,8 @@ async def client() -> AsyncIterator[RemotingClient]:
     await c.close()
 
 
-async def call(client: RemotingClient, addr: str, code: int, body: bytes) -> RemotingCommand:
-    return await client.invoke(addr, RemotingCommand.request(code, body=body, language="JAVA"))
+async def call(client: RemotingClient, addr: str, code: int, body: bytes, timeout: float = 3.0) -> RemotingCommand:
+    return await client.invoke(addr, RemotingCommand.request(code, body=body, language="JAVA"), timeout)
 
 
 @pytest_twisted.ensureDeferred
@@ -140,10 +140,9 @@ async def test_far_ahead_pushes_are_held_up_to_a_bound(cluster: Cluster, client:
     for i in range(2000):
         command = RemotingCommand.request(DLedgerRequestCode.PUSH, body=far(i), language="JAVA")
         channel.invoke(command, 30).addErrback(lambda _: None)
-    codes = [
-        PushEntryResponse.decode((await call(client, cluster.peers[target], DLedgerRequestCode.PUSH, far(i))).body).code
-        for i in (0, 5000)
-    ]
+    # Answered after the 2,000 before them on this reactor: seconds on a loaded machine.
+    answers = [await call(client, cluster.peers[target], DLedgerRequestCode.PUSH, far(i), 30) for i in (0, 5000)]
+    codes = [PushEntryResponse.decode(a.body).code for a in answers]
     assert codes == [DLedgerResponseCode.REPEATED_PUSH, DLedgerResponseCode.PUSH_REQUEST_IS_FULL]
     assert len(handler.write_requests) == 2000
 
