@@ -113,8 +113,8 @@ def create_topic_request(topic: str, queues: int = 4, order: bool = False) -> Re
 
 
 def default_sigint() -> None:
-    """A child's ``preexec_fn`` for servers stopped with SIGINT (Ctrl-C): a child inherits SIG_IGN from a run in the
-    background (``cmd &``) or from a pytest-xdist worker, and then the server, as Java does, keeps ignoring it."""
+    """A child's ``preexec_fn`` for servers stopped with SIGINT (Ctrl-C): a child of a suite run in the background
+    (``cmd &``) inherits SIG_IGN, and then the server, as Java does, keeps ignoring it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
