@@ -60,6 +60,11 @@ class MQAdmin:
         return Deferred.fromCoroutine(run())
 
 
+def _routes_to(route: TopicRouteData | None, masters: Sequence[str]) -> bool:
+    """Whether there is a ``route`` and it names each of ``masters`` (a route lists the brokers with queues)."""
+    return route is not None and set(masters) <= {d.master_addr() for d in route.broker_datas}
+
+
 class Admin(MQAdmin):
     """Routes and topic creation, for tools and tests. ``shutdown()`` when done."""
 
@@ -96,7 +101,8 @@ class Admin(MQAdmin):
         route_timeout: float = 10.0,
     ) -> Deferred[None]:
         """UPDATE_AND_CREATE_TOPIC on ``broker_addr``, or on every master TBW102 routes to (MQAdminImpl.createTopic);
-        fires once the name servers route the topic (the broker registers it asynchronously)."""
+        fires once the name servers route the topic, to each of those masters (the brokers register it
+        asynchronously: a producer that read the route before would send to the first broker only)."""
 
         async def create() -> None:
             addrs = [broker_addr] if broker_addr else await self._master_addrs(DEFAULT_TOPIC)
@@ -113,7 +119,7 @@ class Admin(MQAdmin):
             for addr in addrs:
                 await self.client.api.create_topic(addr, header)
             deadline = self.client.now() + route_timeout
-            while await self.client.api.get_topic_route(topic) is None:
+            while not _routes_to(await self.client.api.get_topic_route(topic), [] if broker_addr else addrs):
                 if self.client.now() > deadline:
                     raise MQClientError(f"topic {topic} not routed by the name servers after {route_timeout}s")
                 await deferLater(self.client.reactor, 0.05, lambda: None)

@@ -237,9 +237,8 @@ async def test_no_route_says_which_name_servers_did_not_answer(servers: Servers,
     assert str(fetched.value) == "Can not find Message Queue for this topic, NoRouteTopic"
 
 
-@pytest_twisted.ensureDeferred
-async def test_failed_broker_is_retried_on_another(servers: Servers, producer: Producer, tmp_path: Path) -> None:
-    """A second broker serves the topic, then goes away: sends that pick it retry on broker-a."""
+def broker_b(servers: Servers, tmp_path: Path) -> BrokerController:
+    """A second broker, broker-b, of the servers' name server (not started)."""
     broker_cfg, store_cfg = load_broker_config(
         None,
         {
@@ -251,8 +250,40 @@ async def test_failed_broker_is_retried_on_another(servers: Servers, producer: P
             "namesrvAddr": servers.namesrv_addr,
         },
     )
-    broker_b = BrokerController(broker_cfg, store_cfg, reactor)
-    broker_b.startService()
+    return BrokerController(broker_cfg, store_cfg, reactor)
+
+
+@pytest_twisted.ensureDeferred
+async def test_create_topic_fires_once_the_route_names_every_master(servers: Servers, tmp_path: Path) -> None:
+    """Without a broker address the topic is made on every master TBW102 routes to, and the call fires once the
+    name server routes it to each of them (a producer's first route would otherwise miss the later one)."""
+    second = broker_b(servers, tmp_path)
+    second.startService()
+    try:
+        for _ in range(200):  # broker-b heard by the name server: TBW102 routes to it
+            route = await servers.admin.client.api.get_topic_route("TBW102")
+            if route is not None and "broker-b" in {d.broker_name for d in route.broker_datas}:
+                break
+            await sleep(0.05)
+        topic = group_name("OnEveryMaster")
+        await servers.admin.create_topic(topic, 2)
+        route = await servers.admin.client.api.get_topic_route(topic)
+        assert route is not None
+        assert {d.broker_name for d in route.broker_datas} == {"broker-a", "broker-b"}
+        assert sorted((q.broker_name, q.write_queue_nums) for q in route.queue_datas) == [
+            ("broker-a", 2),
+            ("broker-b", 2),
+        ]
+    finally:
+        await second.stopService()
+
+
+@pytest_twisted.ensureDeferred
+async def test_failed_broker_is_retried_on_another(servers: Servers, producer: Producer, tmp_path: Path) -> None:
+    """A second broker serves the topic, then goes away: sends that pick it retry on broker-a."""
+    broker = broker_b(servers, tmp_path)
+    broker_cfg = broker.config
+    broker.startService()
     stopped = False
     try:
         topic = group_name("TwoBrokers")
@@ -264,11 +295,11 @@ async def test_failed_broker_is_retried_on_another(servers: Servers, producer: P
             await producer.client.update_topic_route_from_namesrv(topic)
             await sleep(0.05)
         assert len(await producer.fetch_publish_message_queues(topic)) == 4
-        await broker_b.stopService()
+        await broker.stopService()
         stopped = True
         # The producer's cached route still has broker-b (it refreshes every 30 s).
         results = [await producer.send(build_message(topic, b"m%d" % i)) for i in range(8)]
         assert {r.queue.broker_name for r in results} == {"broker-a"}
     finally:
         if not stopped:
-            await broker_b.stopService()
+            await broker.stopService()

@@ -332,10 +332,10 @@ def test_a_stream_killed_mid_write_and_between_decision_and_ends_resumes_exactly
     second = driver(servers, checkpoint, stop)
     try:
         assert second.stdout is not None
-        line = second.stdout.readline()
-        while line and "caught up" not in line:
-            line = second.stdout.readline()
-        assert line, "the restarted query ended without catching up"
+        lines = [second.stdout.readline()]
+        while lines[-1] and "caught up" not in lines[-1]:
+            lines.append(second.stdout.readline())
+        assert lines[-1], "the restarted query ended without catching up:\n" + "".join(lines)[-5000:]
         # Batch 0 is settled by the check-back once the dead driver's grace is over.
         wait_for(lambda: len(stored(servers, "EosSink", 2)) >= 1000, 30, "every row in the sink")
         time.sleep(2)  # more check passes: nothing twice
