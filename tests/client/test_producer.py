@@ -254,6 +254,16 @@ def broker_b(servers: Servers, tmp_path: Path) -> BrokerController:
 
 
 @pytest_twisted.ensureDeferred
+async def test_the_broker_answers_update_topic_once_the_name_server_routes_it(servers: Servers) -> None:
+    """As Apache's broker (registerIncrementBrokerData before the answer): the route is there at the answer,
+    where ours registered it a tenth of a second later."""
+    topic = group_name("RoutedAtOnce")
+    await servers.admin.create_topic(topic, 2, broker_addr=servers.broker_addr, route_timeout=0)  # one route query
+    route = await servers.admin.client.api.get_topic_route(topic)
+    assert route is not None and [(q.broker_name, q.write_queue_nums) for q in route.queue_datas] == [("broker-a", 2)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_create_topic_fires_once_the_route_names_every_master(servers: Servers, tmp_path: Path) -> None:
     """Without a broker address the topic is made on every master TBW102 routes to, and the call fires once the
     name server routes it to each of them (a producer's first route would otherwise miss the later one)."""

@@ -122,6 +122,7 @@ class AdminBrokerProcessor:
                 )
         if not 0 <= h.perm <= _PERM_ALL:
             return request.response(ResponseCode.INVALID_PARAMETER, f"perm {h.perm} is not a valid permission")
+        topics_version = broker.topics.data_version.counter
         written = broker.topics.update_topic_config(
             TopicConfig(
                 h.topic,
@@ -133,7 +134,11 @@ class AdminBrokerProcessor:
                 order=h.order,
             )
         )
-        return _success_when(written, request)
+        # Apache registers the topic with the NameServers before it answers (registerIncrementBrokerData): the
+        # route has this broker's queues once mqadmin updateTopic returns.
+        return _success_when(written, request).addCallback(
+            lambda response: broker.answer_once_registered(topics_version, response)
+        )
 
     def delete_topic(
         self, channel: RemotingProtocol, request: RemotingCommand
