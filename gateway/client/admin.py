@@ -118,8 +118,10 @@ class Admin(MQAdmin):
             )
             for addr in addrs:
                 await self.client.api.create_topic(addr, header)
+            # The masters TBW102's route gave, spelt as the route spells them (a given broker_addr may not be).
+            masters = [] if broker_addr else addrs
             deadline = self.client.now() + route_timeout
-            while not _routes_to(await self.client.api.get_topic_route(topic), [] if broker_addr else addrs):
+            while not _routes_to(await self.client.api.get_topic_route(topic), masters):
                 if self.client.now() > deadline:
                     raise MQClientError(f"topic {topic} not routed by the name servers after {route_timeout}s")
                 await deferLater(self.client.reactor, 0.05, lambda: None)

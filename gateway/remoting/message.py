@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -245,9 +246,9 @@ _B = struct.Struct(">b")
 _II = struct.Struct(">ii")
 
 
-def body_crc(body: bytes) -> int:
-    """Stored body CRC: CRC32 with the sign bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+def body_crc(body: bytes | memoryview, crc32: Callable[[bytes | memoryview], int] = zlib.crc32) -> int:
+    """Stored body CRC: CRC32 with the sign bit cleared (``crc32``: zlib's, or the store's C one)."""
+    return crc32(body) & 0x7FFFFFFF
 
 
 def record_size(body_len: int, topic_len: int, props_len: int, born_host_len: int = 8, store_host_len: int = 8) -> int:

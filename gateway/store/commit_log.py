@@ -16,6 +16,7 @@ from gateway.remoting.message import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE,
     MessageSysFlag,
+    body_crc,
     create_offset_message_id,
     encode_record,
     record_size,
@@ -152,11 +153,6 @@ _parse_record = _c_store.parse_record if _c_store is not None else parse_record
 _crc32 = _c_store.crc32 if _c_store is not None else zlib.crc32
 
 
-def _body_crc(body: bytes | memoryview) -> int:
-    """A record's stored body CRC (``body_crc``), by the store's CRC-32."""
-    return _crc32(body) & 0x7FFFFFFF
-
-
 def check_message_and_return_size(
     view: memoryview, pos: int, file_from_offset: int, check_crc: bool
 ) -> DispatchRequest | None:
@@ -171,7 +167,7 @@ def check_message_and_return_size(
     if type(fields) is str:
         raise CorruptRecordError(fields)
     topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties, body_at, body_len, crc = fields
-    if check_crc and _body_crc(view[body_at : body_at + body_len]) != crc:
+    if check_crc and body_crc(view[body_at : body_at + body_len], _crc32) != crc:
         raise CorruptRecordError(f"body CRC mismatch at {phy}")
     return DispatchRequest(topic, queue_id, phy, total, store_timestamp, queue_offset, sys_flag, properties)
 
@@ -720,7 +716,7 @@ def write_record(
         return
     body = msg.body
     c.write_record(
-        mm, pos, size, MESSAGE_MAGIC_CODE, _body_crc(body), topic, msg.queue_id, msg.flag, queue_offset, phy,
+        mm, pos, size, MESSAGE_MAGIC_CODE, body_crc(body, _crc32), topic, msg.queue_id, msg.flag, queue_offset, phy,
         sys_flag, msg.born_timestamp, msg.born_host, store_timestamp, msg.store_host, msg.reconsume_times,
         msg.prepared_transaction_offset, body, props,
     )  # fmt: skip
